@@ -1,0 +1,5 @@
+//go:build !race
+
+package amd
+
+const raceEnabled = false
