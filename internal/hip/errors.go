@@ -17,6 +17,7 @@ const (
 	ErrInvalidContext           Error = 201
 	ErrPeerAccessUnsupported    Error = 217
 	ErrInvalidHandle            Error = 400
+	ErrIllegalState             Error = 401
 	ErrNotFound                 Error = 500
 	ErrNotReady                 Error = 600
 	ErrIllegalAddress           Error = 700
@@ -45,6 +46,7 @@ var errorNames = map[Error]string{
 	ErrInvalidContext:           "invalid context",
 	ErrPeerAccessUnsupported:    "peer access unsupported",
 	ErrInvalidHandle:            "invalid handle",
+	ErrIllegalState:             "illegal state",
 	ErrNotFound:                 "not found",
 	ErrNotReady:                 "not ready",
 	ErrIllegalAddress:           "illegal address",

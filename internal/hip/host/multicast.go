@@ -1,0 +1,167 @@
+package host
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"cecoll/internal/hip"
+)
+
+// mcRange is one emulated multicast object: a reserved, never touched
+// address range whose offsets stand for the same offsets of every member.
+type mcRange struct {
+	base, size uintptr
+	members    []uintptr
+	mapping    []byte
+}
+
+// mcTable is read on every copy and write-value, so readers take no lock:
+// they load an immutable sorted slice that writers replace.
+type mcTable struct {
+	mu  sync.Mutex
+	tab atomic.Pointer[[]*mcRange]
+}
+
+// lookup returns the range holding p, or nil (cheap when none exists).
+func (t *mcTable) lookup(p uintptr) *mcRange {
+	tp := t.tab.Load()
+	if tp == nil {
+		return nil
+	}
+	tab := *tp
+	i := sort.Search(len(tab), func(i int) bool { return tab[i].base > p })
+	if i == 0 {
+		return nil
+	}
+	if r := tab[i-1]; p < r.base+r.size {
+		return r
+	}
+	return nil
+}
+
+// MulticastCreate implements hip.Runtime.
+func (rt *Runtime) MulticastCreate(members []hip.DevicePtr, size uintptr) (hip.DevicePtr, error) {
+	if !rt.caps.Multicast {
+		return 0, hip.ErrNotSupported
+	}
+	if len(members) == 0 || size == 0 {
+		return 0, hip.ErrInvalidValue
+	}
+	r := &mcRange{size: size, members: make([]uintptr, len(members))}
+	for i, m := range members {
+		if m == 0 {
+			return 0, hip.ErrInvalidValue
+		}
+		r.members[i] = uintptr(m)
+	}
+	// PROT_NONE: the range only reserves unique addresses; a stray direct
+	// access faults instead of silently missing the members.
+	m, err := syscall.Mmap(-1, 0, int(roundPage(size)), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return 0, hip.ErrOutOfMemory
+	}
+	r.mapping = m
+	r.base = uintptr(unsafe.Pointer(&m[0]))
+
+	t := &rt.mc
+	t.mu.Lock()
+	var old []*mcRange
+	if tp := t.tab.Load(); tp != nil {
+		old = *tp
+	}
+	tab := make([]*mcRange, 0, len(old)+1)
+	tab = append(tab, old...)
+	tab = append(tab, r)
+	sort.Slice(tab, func(i, j int) bool { return tab[i].base < tab[j].base })
+	t.tab.Store(&tab)
+	t.mu.Unlock()
+	return hip.DevicePtr(r.base), nil
+}
+
+// MulticastDestroy implements hip.Runtime.
+func (rt *Runtime) MulticastDestroy(mc hip.DevicePtr) error {
+	t := &rt.mc
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tp := t.tab.Load()
+	if tp == nil {
+		return hip.ErrInvalidValue
+	}
+	old := *tp
+	for i, r := range old {
+		if r.base == uintptr(mc) {
+			tab := make([]*mcRange, 0, len(old)-1)
+			tab = append(tab, old[:i]...)
+			tab = append(tab, old[i+1:]...)
+			t.tab.Store(&tab)
+			syscall.Munmap(r.mapping)
+			return nil
+		}
+	}
+	return hip.ErrInvalidValue
+}
+
+// fanOut calls f on [p, p+n), or, when p lies in a multicast range, on
+// the same offset of every member, with n clipped to the range.
+func (rt *Runtime) fanOut(p, n uintptr, f func(dst, n uintptr)) {
+	r := rt.mc.lookup(p)
+	if r == nil {
+		f(p, n)
+		return
+	}
+	off := p - r.base
+	n = min(n, r.size-off)
+	for _, m := range r.members {
+		f(m+off, n)
+	}
+}
+
+// copyBytes performs one copy (or one piece of one), fanning out when dst
+// is a multicast address.
+func (rt *Runtime) copyBytes(dst, src, n uintptr) {
+	r := rt.mc.lookup(dst)
+	if r == nil {
+		copyRaw(dst, src, n)
+		return
+	}
+	off := dst - r.base
+	n = min(n, r.size-off)
+	for _, m := range r.members {
+		copyRaw(m+off, src, n)
+	}
+}
+
+// writeValue is a write-value entry: a sequentially consistent 32-bit
+// store (so everything the stream did before is visible first), then a
+// wake of the word's waiters, in every member for a multicast address.
+func (rt *Runtime) writeValue(a uintptr, v uint32) {
+	r := rt.mc.lookup(a)
+	if r == nil {
+		atomic.StoreUint32(word(a), v)
+		futexWake(a)
+		return
+	}
+	off := a - r.base
+	for _, m := range r.members {
+		atomic.StoreUint32(word(m+off), v)
+		futexWake(m + off)
+	}
+}
+
+// copyRaw moves n bytes. Engines publish flags by 4-byte copies, so a
+// 4-byte aligned copy is one atomic store, and any copy of at most 8 bytes
+// wakes the words it wrote.
+func copyRaw(dst, src, n uintptr) {
+	if n == 4 && dst&3 == 0 && src&3 == 0 {
+		atomic.StoreUint32(word(dst), atomic.LoadUint32(word(src)))
+		futexWake(dst)
+		return
+	}
+	copy(bytesAt(dst, n), bytesAt(src, n))
+	if n <= 8 {
+		wakeRange(dst, n)
+	}
+}

@@ -1,0 +1,419 @@
+package host
+
+import (
+	"math/rand"
+	"sync"
+	"time"
+
+	"cecoll/internal/hip"
+)
+
+type opKind uint8
+
+const (
+	opNop        opKind = iota
+	opCopy              // copy n bytes src -> dst
+	opBatch             // marker: the next count entries are the copies of one batch
+	opWrite             // write-value: atomic store of val at dst
+	opWait              // wait-value: block until cond(*dst, val)
+	opRecord            // event marker: ev's record number gen is reached
+	opWaitStream        // block until stream ws has completed op number seq
+	opGRecord           // in a graph: record point count (graph-local event id)
+	opGWait             // in a graph: wait for record point count
+)
+
+// op is one fixed-size queue entry; a stream's queue is a ring of them, so
+// enqueueing copies a struct and allocates nothing once the ring is big
+// enough.
+type op struct {
+	kind  opKind
+	cond  uint32
+	val   uint32
+	count int
+	dst   uintptr
+	src   uintptr
+	n     uintptr
+	ev    *event
+	ws    *stream
+	seq   uint64 // opRecord: record number; opWaitStream: op number
+}
+
+// stream is a FIFO of ops run by its own worker goroutine.
+type stream struct {
+	rt       *Runtime
+	h        hip.Stream
+	dev      int
+	internal bool // a graph exec's branch stream: not in the registry
+
+	mu        sync.Mutex
+	work      sync.Cond // the worker waits here for ops
+	done      sync.Cond // synchronizers wait here for completions
+	ring      []op
+	head      uint64 // ops taken by the worker
+	tail      uint64 // ops enqueued
+	completed uint64 // ops finished; op number k is done when completed > k
+	destroyed bool
+	cap       *capture // capture this stream records into, or nil
+	branch    int      // its branch in cap
+
+	// Worker-only state.
+	rng    *rand.Rand // chaos source; nil when chaos is off
+	batch  []op
+	pieces []piece
+	job    batchJob
+}
+
+type piece struct{ dst, src, n uintptr }
+
+const initialRing = 64
+
+func (rt *Runtime) newStream(h hip.Stream, dev int, internal bool) *stream {
+	s := &stream{rt: rt, h: h, dev: dev, internal: internal, ring: make([]op, initialRing)}
+	s.work.L = &s.mu
+	s.done.L = &s.mu
+	idx := rt.nStreams.Add(1)
+	if rt.seed != 0 {
+		s.rng = rand.New(rand.NewSource(rt.seed*1000003 + idx))
+	}
+	s.job.rt = rt
+	rt.regMu.Lock()
+	rt.live[s] = struct{}{}
+	rt.regMu.Unlock()
+	rt.workers.Add(1)
+	go s.worker()
+	return s
+}
+
+// StreamCreate implements hip.Runtime.
+func (rt *Runtime) StreamCreate() (hip.Stream, error) {
+	s := rt.newStream(hip.Stream(rt.newHandle()), rt.current(), false)
+	rt.regMu.Lock()
+	rt.streams[s.h] = s
+	rt.regMu.Unlock()
+	return s.h, nil
+}
+
+// lookupStream resolves a handle: 0 and 1 are the current device's legacy
+// NULL stream, 2 the calling thread's per-thread default stream; both are
+// created on first use.
+func (rt *Runtime) lookupStream(h hip.Stream) (*stream, error) {
+	switch h {
+	case hip.StreamNull, hip.StreamLegacy:
+		dev := rt.current()
+		rt.regMu.RLock()
+		s := rt.legacy[dev]
+		rt.regMu.RUnlock()
+		if s == nil {
+			n := rt.newStream(hip.StreamLegacy, dev, false)
+			rt.regMu.Lock()
+			if s = rt.legacy[dev]; s == nil {
+				rt.legacy[dev], s = n, n
+			}
+			rt.regMu.Unlock()
+			if s != n {
+				n.destroy() // lost a creation race
+			}
+		}
+		return s, nil
+	case hip.StreamPerThread:
+		k := ptsKey{tid(), rt.current()}
+		rt.regMu.RLock()
+		s := rt.perThread[k]
+		rt.regMu.RUnlock()
+		if s == nil {
+			s = rt.newStream(hip.StreamPerThread, k.dev, false)
+			rt.regMu.Lock()
+			rt.perThread[k] = s
+			rt.regMu.Unlock()
+		}
+		return s, nil
+	}
+	rt.regMu.RLock()
+	s := rt.streams[h]
+	rt.regMu.RUnlock()
+	if s == nil {
+		return nil, hip.ErrInvalidHandle
+	}
+	return s, nil
+}
+
+// StreamDestroy implements hip.Runtime. As in CUDA the stream's queued work
+// still completes: the worker exits once it has drained the queue.
+func (rt *Runtime) StreamDestroy(h hip.Stream) error {
+	rt.regMu.Lock()
+	s := rt.streams[h]
+	delete(rt.streams, h)
+	rt.regMu.Unlock()
+	if s == nil {
+		return hip.ErrInvalidHandle
+	}
+	s.destroy()
+	return nil
+}
+
+func (s *stream) destroy() {
+	s.mu.Lock()
+	s.destroyed = true
+	s.work.Broadcast()
+	s.mu.Unlock()
+}
+
+// StreamSynchronize implements hip.Runtime.
+func (rt *Runtime) StreamSynchronize(h hip.Stream) error {
+	s, err := rt.lookupStream(h)
+	if err != nil {
+		return err
+	}
+	if c := s.capturing(); c != nil {
+		c.invalidate()
+		return hip.ErrStreamCaptureUnsupported
+	}
+	s.sync()
+	return nil
+}
+
+// StreamQuery implements hip.Runtime.
+func (rt *Runtime) StreamQuery(h hip.Stream) error {
+	s, err := rt.lookupStream(h)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cap != nil {
+		s.cap.invalidate()
+		return hip.ErrStreamCaptureUnsupported
+	}
+	if s.completed < s.tail {
+		return hip.ErrNotReady
+	}
+	return nil
+}
+
+func (s *stream) capturing() *capture {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cap
+}
+
+// sync waits until the work enqueued before the call is done.
+func (s *stream) sync() {
+	s.mu.Lock()
+	target := s.tail
+	for s.completed < target && !s.rt.stopping() {
+		s.done.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// waitDone blocks until op number seq of s is done (or the runtime closes).
+func (s *stream) waitDone(seq uint64) {
+	s.mu.Lock()
+	for s.completed <= seq && !s.rt.stopping() {
+		s.done.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// isDone reports whether op number seq of s is done.
+func (s *stream) isDone(seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.completed > seq
+}
+
+// lock takes s.mu for enqueueing k more ops, growing the ring if needed.
+// It refuses a destroyed stream (a handle that raced with StreamDestroy).
+func (s *stream) lock(k int) error {
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return hip.ErrInvalidHandle
+	}
+	if s.cap == nil {
+		s.reserve(k)
+	}
+	return nil
+}
+
+// reserve makes room for k more ops: the ring doubles, so growth is
+// amortised and the steady state allocates nothing.
+func (s *stream) reserve(k int) {
+	need := s.tail - s.head + uint64(k)
+	if need <= uint64(len(s.ring)) {
+		return
+	}
+	n := len(s.ring)
+	for uint64(n) < need {
+		n *= 2
+	}
+	ring := make([]op, n)
+	oldMask, newMask := uint64(len(s.ring)-1), uint64(n-1)
+	for i := s.head; i < s.tail; i++ {
+		ring[i&newMask] = s.ring[i&oldMask]
+	}
+	s.ring = ring
+}
+
+// push appends o (s.mu held, room reserved) and returns its op number.
+func (s *stream) push(o *op) uint64 {
+	seq := s.tail
+	s.ring[seq&uint64(len(s.ring)-1)] = *o
+	s.tail++
+	return seq
+}
+
+// unlock releases s.mu after enqueueing and wakes the worker.
+func (s *stream) unlock() {
+	s.work.Signal()
+	s.mu.Unlock()
+}
+
+// worker runs the stream's ops in order until the stream is destroyed and
+// drained, or the runtime closes.
+func (s *stream) worker() {
+	rt := s.rt
+	defer func() {
+		rt.regMu.Lock()
+		delete(rt.live, s)
+		rt.regMu.Unlock()
+		rt.workers.Done()
+	}()
+	for {
+		s.mu.Lock()
+		for s.head == s.tail && !s.destroyed && !rt.stopping() {
+			s.work.Wait()
+		}
+		if s.head == s.tail || rt.stopping() {
+			s.mu.Unlock()
+			return
+		}
+		mask := uint64(len(s.ring) - 1)
+		o := s.ring[s.head&mask]
+		taken := uint64(1)
+		if o.kind == opBatch {
+			s.batch = s.batch[:0]
+			for i := 0; i < o.count; i++ {
+				s.batch = append(s.batch, s.ring[(s.head+1+uint64(i))&mask])
+			}
+			taken += uint64(o.count)
+		}
+		s.head += taken
+		s.mu.Unlock()
+
+		s.exec(&o)
+
+		s.mu.Lock()
+		s.completed += taken
+		s.done.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// exec runs one op (a whole batch for opBatch) on the worker.
+func (s *stream) exec(o *op) {
+	rt := s.rt
+	switch o.kind {
+	case opCopy:
+		s.chaosDelay(8)
+		s.pieces = s.pieces[:0]
+		s.addPieces(o.dst, o.src, o.n)
+		s.runPieces()
+	case opBatch:
+		s.chaosDelay(8)
+		s.pieces = s.pieces[:0]
+		for i := range s.batch {
+			b := &s.batch[i]
+			s.addPieces(b.dst, b.src, b.n)
+		}
+		s.runPieces()
+	case opWrite:
+		s.chaosDelay(4)
+		rt.writeValue(o.dst, o.val)
+	case opWait:
+		s.chaosDelay(8)
+		waitValue(o.dst, o.val, o.cond, &rt.closed)
+	case opRecord:
+		o.ev.mark(o.seq, time.Since(rt.epoch))
+	case opWaitStream:
+		s.chaosDelay(8)
+		o.ws.waitDone(o.seq)
+	}
+}
+
+// chaos: below this size a copy is never split, so flags published by
+// small copies stay single stores.
+const chaosMinSplit = 64
+
+// addPieces queues a copy; under chaos it may be cut into 2..4 pieces.
+func (s *stream) addPieces(dst, src, n uintptr) {
+	if n == 0 {
+		return
+	}
+	if s.rng == nil || n < chaosMinSplit || s.rng.Intn(2) == 0 {
+		s.pieces = append(s.pieces, piece{dst, src, n})
+		return
+	}
+	k := 2 + s.rng.Intn(3)
+	off := uintptr(0)
+	for i := 0; i < k-1 && off < n; i++ {
+		cut := off + uintptr(s.rng.Int63n(int64(n-off)))&^7
+		if cut <= off {
+			continue
+		}
+		s.pieces = append(s.pieces, piece{dst + off, src + off, cut - off})
+		off = cut
+	}
+	s.pieces = append(s.pieces, piece{dst + off, src + off, n - off})
+}
+
+// poolMinBytes: batches smaller than this are copied by the stream worker
+// alone; larger ones are shared with the copy engines.
+const poolMinBytes = 1 << 20
+
+// runPieces executes the queued pieces: under chaos one by one in a
+// shuffled order (reproducible from the seed), otherwise in order, spread
+// over the copy engines when large.
+func (s *stream) runPieces() {
+	rt := s.rt
+	if s.rng != nil {
+		s.rng.Shuffle(len(s.pieces), func(i, j int) { s.pieces[i], s.pieces[j] = s.pieces[j], s.pieces[i] })
+		for i, p := range s.pieces {
+			if i > 0 {
+				s.chaosDelay(16)
+			}
+			rt.runPiece(s.h, p)
+		}
+		return
+	}
+	total := uintptr(0)
+	for _, p := range s.pieces {
+		total += p.n
+	}
+	if len(s.pieces) > 1 && total >= poolMinBytes {
+		rt.copyPool.run(&s.job, s.pieces, s.h)
+		return
+	}
+	for _, p := range s.pieces {
+		rt.runPiece(s.h, p)
+	}
+}
+
+func (rt *Runtime) runPiece(h hip.Stream, p piece) {
+	if rt.pieceHook != nil {
+		rt.pieceHook(h, p.dst, p.src, p.n)
+	}
+	rt.copyBytes(p.dst, p.src, p.n)
+}
+
+// chaos delays: before an op, with probability 1/oneIn, sleep 0..200us.
+const chaosMaxDelay = 200 * time.Microsecond
+
+func (s *stream) chaosDelay(oneIn int) {
+	if s.rng == nil {
+		return
+	}
+	if s.rng.Intn(oneIn) == 0 {
+		time.Sleep(time.Duration(s.rng.Int63n(int64(chaosMaxDelay))))
+	}
+}

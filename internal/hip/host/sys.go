@@ -1,0 +1,113 @@
+package host
+
+import (
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Linux amd64 system call numbers and flags that package syscall does not
+// name (golang.org/x/sys is not a dependency).
+const (
+	sysMemfdCreate = 319
+	sysFutex       = 202
+	mfdCloexec     = 0x1
+	futexWaitOp    = 0 // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: works across processes
+	futexWakeOp    = 1
+)
+
+// ptr turns a device address into a pointer. The double indirection keeps
+// go vet's unsafeptr check quiet: device memory is outside the Go heap (or
+// a caller-pinned Go buffer), so the conversion is sound.
+func ptr(a uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a)) }
+
+func bytesAt(a, n uintptr) []byte { return unsafe.Slice((*byte)(ptr(a)), n) }
+
+func word(a uintptr) *uint32 { return (*uint32)(ptr(a)) }
+
+// memfdCreate returns a new anonymous memory file of size bytes.
+func memfdCreate(size uintptr) (int, error) {
+	name := [...]byte{'c', 'e', 'c', 'o', 'l', 'l', 0}
+	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
+	if e != 0 {
+		return -1, e
+	}
+	if err := syscall.Ftruncate(int(fd), int64(size)); err != nil {
+		syscall.Close(int(fd))
+		return -1, err
+	}
+	return int(fd), nil
+}
+
+// futexWait sleeps while *addr == val, at most d. Spurious returns are fine:
+// callers re-check their condition.
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Syscall6(sysFutex, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every waiter on the word at a (any process).
+func futexWake(a uintptr) {
+	syscall.Syscall6(sysFutex, a, futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// wakeRange wakes the waiters on every aligned 32-bit word that [a, a+n)
+// touches; used after small copies, which engines use to publish flags.
+func wakeRange(a, n uintptr) {
+	for w := a &^ 3; w < a+n; w += 4 {
+		futexWake(w)
+	}
+}
+
+// condHolds evaluates a wait-value condition with CUDA's semantics.
+func condHolds(cur, val, cond uint32) bool {
+	switch cond {
+	case 0: // GEQ, cyclic
+		return int32(cur-val) >= 0
+	case 1: // EQ
+		return cur == val
+	case 2: // AND
+		return cur&val != 0
+	default: // NOR
+		return ^(cur | val) != 0
+	}
+}
+
+// Waiting: a short spin (the flag is often about to flip) that yields the
+// processor on each load, then futex sleeps whose timeout doubles from
+// waitMinSleep to waitMaxSleep, so a wake lost between the check and the
+// sleep only costs latency.
+const (
+	waitSpins    = 300
+	waitMinSleep = 50 * time.Microsecond
+	waitMaxSleep = 2 * time.Millisecond
+)
+
+// waitValue blocks until the condition holds on the word at a, or stop
+// becomes true (checked between sleeps). It returns whether it held.
+func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) bool {
+	p := word(a)
+	for i := 0; i < waitSpins; i++ {
+		if condHolds(atomic.LoadUint32(p), val, cond) {
+			return true
+		}
+		yield()
+	}
+	d := waitMinSleep
+	for {
+		cur := atomic.LoadUint32(p)
+		if condHolds(cur, val, cond) {
+			return true
+		}
+		if stop.Load() {
+			return false
+		}
+		futexWait(p, cur, d)
+		d = min(2*d, waitMaxSleep)
+	}
+}
+
+func yield() { runtime.Gosched() }

@@ -1,0 +1,90 @@
+package nvidia
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/hip"
+)
+
+// TestLaunchPathAllocsNoGPU checks the call mechanism itself without a GPU:
+// every launch-path entry point is pointed at libc's sched_yield (ignores
+// its arguments, returns 0), and the Runtime methods must allocate nothing.
+func TestLaunchPathAllocsNoGPU(t *testing.T) {
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Skipf("no libc.so.6: %v", err)
+	}
+	yield, err := purego.Dlsym(libc, "sched_yield")
+	require.NoError(t, err)
+	r := &Runtime{caps: hip.Caps{BatchCopy: true}, batchV2: true}
+	for _, e := range r.fn.table() {
+		*e.fn = yield
+	}
+	ops := make([]hip.MemOp, 8)
+	dsts, srcs := make([]hip.DevicePtr, 8), make([]hip.DevicePtr, 8)
+	sizes := make([]uintptr, 8)
+	attrs := []hip.CopyAttributes{{SrcAccessOrder: hip.SrcAccessOrderStream}}
+	idx := []uintptr{0}
+	cases := []struct {
+		name string
+		f    func() error
+	}{
+		{"StreamBatchMemOp", func() error { return r.StreamBatchMemOp(5, ops) }},
+		{"MemcpyBatchAsync/v2", func() error { return r.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idx, 5) }},
+		{"MemcpyBatchAsync/noattrs", func() error { return r.MemcpyBatchAsync(dsts, srcs, sizes, nil, nil, 5) }},
+		{"MemcpyAsync", func() error { return r.MemcpyAsync(1, 2, 3, 5) }},
+		{"EventRecord", func() error { return r.EventRecord(4, 5) }},
+		{"StreamWaitEvent", func() error { return r.StreamWaitEvent(5, 4) }},
+		{"StreamGetCaptureStatus", func() error { _, err := r.StreamGetCaptureStatus(5); return err }},
+		{"GraphLaunch", func() error { return r.GraphLaunch(4, 5) }},
+	}
+	for _, c := range cases {
+		require.NoError(t, c.f(), c.name)
+		require.Zero(t, testing.AllocsPerRun(100, func() { _ = c.f() }), c.name)
+	}
+	r.batchV2 = false // the 12.8 ABI path
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = r.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idx, 5) }))
+
+	r.caps.BatchCopy = false
+	require.ErrorIs(t, r.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idx, 5), hip.ErrNotSupported)
+}
+
+// BenchmarkMechanismNoGPU compares the call mechanisms on a C function that
+// does nothing (sched_yield), so the figures are the binding's own cost:
+// runtime (pooled frame + SyscallN, what the launch path uses), a
+// SyscallN with a fresh variadic slice, and a typed purego function.
+func BenchmarkMechanismNoGPU(b *testing.B) {
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		b.Skipf("no libc.so.6: %v", err)
+	}
+	yield, err := purego.Dlsym(libc, "sched_yield")
+	require.NoError(b, err)
+	r := &Runtime{}
+	r.fn.streamBatchMemOp = yield
+	ops := make([]hip.MemOp, 8)
+	var typed func(s uintptr, n uint32, ops *hip.MemOp, flags uint32) uint32
+	purego.RegisterFunc(&typed, yield)
+	b.Run("runtime", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = r.StreamBatchMemOp(5, ops)
+		}
+	})
+	b.Run("syscallN", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _, _ = purego.SyscallN(yield, 5, 8, uintptr(unsafe.Pointer(&ops[0])), 0)
+		}
+	})
+	b.Run("typed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = typed(5, 8, &ops[0], 0)
+		}
+	})
+}

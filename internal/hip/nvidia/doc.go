@@ -1,0 +1,21 @@
+// Package nvidia is the NVIDIA backend of the device runtime: it implements
+// hip.Runtime over the CUDA driver API of libcuda.so.1, loaded at run time
+// through purego (no cgo, no CUDA at build time, no libcudart).
+//
+// What it owns:
+//   - the one symbol table of libcuda entry points (symbols.go), each with its
+//     C prototype, under the versioned names cuda.h maps to (_v2 ...);
+//   - primary-context handling: SetDevice makes a device's primary context
+//     current on the calling OS thread, and every call that needs a context
+//     gives the thread device 0's when it has none;
+//   - VMM memory (cuMemCreate + reserve + map + access for every peer), POSIX
+//     fd export/import, and the table of those allocations;
+//   - the launch path (StreamBatchMemOp, MemcpyBatchAsync, MemcpyAsync,
+//     EventRecord, StreamWaitEvent): one purego.SyscallN per call, no Go
+//     allocation, slices passed straight through (hip.MemOp and
+//     hip.CopyAttributes already have the driver's layout).
+//
+// Multicast is never bound: cuMulticast* calls are forbidden on the lent GPU
+// machines, so Caps().Multicast is false and MulticastCreate returns
+// hip.ErrNotSupported.
+package nvidia

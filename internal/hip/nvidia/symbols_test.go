@@ -1,0 +1,113 @@
+package nvidia
+
+import (
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/hip"
+)
+
+// versioned lists the plain names whose cuda.h macro maps to another
+// exported symbol (gpu-abi.md section A.1 and cuda.h of CUDA 12/13): the
+// table must bind the right-hand side, since dlsym of the left one returns
+// a legacy ABI.
+var versioned = map[string]string{
+	"cuStreamBatchMemOp":   "cuStreamBatchMemOp_v2",
+	"cuMemcpyBatchAsync":   "cuMemcpyBatchAsync_v2",
+	"cuMemGetAddressRange": "cuMemGetAddressRange_v2",
+	"cuMemAlloc":           "cuMemAlloc_v2",
+	"cuMemFree":            "cuMemFree_v2",
+	"cuStreamDestroy":      "cuStreamDestroy_v2",
+	"cuEventDestroy":       "cuEventDestroy_v2",
+	"cuStreamBeginCapture": "cuStreamBeginCapture_v2",
+	"cuGraphInstantiate":   "cuGraphInstantiateWithFlags",
+}
+
+func TestSymbolTable(t *testing.T) {
+	var s syms
+	tab := s.table()
+	seen := map[string]bool{}
+	protoName := regexp.MustCompile(`^CUresult (cu\w+)\(`)
+	for _, e := range tab {
+		require.False(t, seen[e.name], "duplicate %s", e.name)
+		seen[e.name] = true
+		m := protoName.FindStringSubmatch(e.proto)
+		require.NotNil(t, m, "%s: prototype %q", e.name, e.proto)
+		require.Equal(t, e.name, m[1], "prototype names another function")
+		require.NotNil(t, e.fn, e.name)
+		require.False(t, strings.HasPrefix(e.name, "cuMulticast"), "multicast is forbidden: %s", e.name)
+		require.False(t, strings.HasSuffix(e.name, "_ptsz") || strings.HasSuffix(e.name, "_ptds"),
+			"per-thread variants change stream 0's meaning: %s", e.name)
+		if v, ok := versioned[e.name]; ok {
+			require.True(t, e.fallback, "%s is the legacy ABI of %s; bind %s", e.name, v, v)
+			require.True(t, e.optional, "a fallback must be optional: %s", e.name)
+		}
+	}
+	for plain, v := range versioned {
+		if plain == "cuGraphInstantiate" || plain == "cuMemcpyBatchAsync" || seen[plain] || seen[v] {
+			require.True(t, seen[v], "%s must be bound as %s", plain, v)
+		}
+	}
+	// Every field of syms is reachable from the table, so nothing is
+	// called through a pointer that load never fills.
+	fields := map[*uintptr]bool{}
+	for _, e := range tab {
+		require.False(t, fields[e.fn], "two entries fill one field: %s", e.name)
+		fields[e.fn] = true
+	}
+	require.Len(t, fields, reflect.TypeFor[syms]().NumField())
+}
+
+// TestSymbolTableMatchesHeader checks the table against cuda.h where a CUDA
+// toolkit is installed: for every bound name, a "#define plain
+// [__CUDA_API_PT*(]name" must not point elsewhere.
+func TestSymbolTableMatchesHeader(t *testing.T) {
+	var hdr []byte
+	for _, p := range []string{"/usr/local/cuda/include/cuda.h", "/usr/include/cuda.h"} {
+		if b, err := os.ReadFile(p); err == nil {
+			hdr = b
+			break
+		}
+	}
+	if hdr == nil {
+		t.Skip("no cuda.h on this machine")
+	}
+	def := regexp.MustCompile(`(?m)^\s*#\s*define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\((cu\w+)\)|(cu\w+))\s*$`)
+	mapped := map[string]string{}
+	for _, m := range def.FindAllStringSubmatch(string(hdr), -1) {
+		to := m[2] + m[3]
+		if _, ok := mapped[m[1]]; !ok {
+			mapped[m[1]] = to
+		}
+	}
+	require.NotEmpty(t, mapped)
+	var s syms
+	for _, e := range s.table() {
+		if e.fallback {
+			continue
+		}
+		to, ok := mapped[e.name]
+		if ok && to != e.name {
+			t.Errorf("cuda.h maps %s to %s: bind %s", e.name, to, to)
+		}
+	}
+}
+
+func TestOpenMissingLibrary(t *testing.T) {
+	_, err := openPath("libcuda-cecoll-absent.so.1")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "libcuda-cecoll-absent.so.1")
+}
+
+func TestMulticastNeverSupported(t *testing.T) {
+	r := &Runtime{}
+	require.False(t, r.Caps().Multicast)
+	_, err := r.MulticastCreate([]hip.DevicePtr{1}, 1<<21)
+	require.ErrorIs(t, err, hip.ErrNotSupported)
+	require.ErrorIs(t, r.MulticastDestroy(1), hip.ErrNotSupported)
+}
