@@ -1,0 +1,28 @@
+// Command export is libcecoll.so: the C ABI of include/nccl.h and
+// include/nccl_ce.h, and the only cgo in cecoll.
+//
+// api.c defines every public function with its exact prototype from the
+// headers (so the compiler checks them) and forwards to a Go export named
+// goexp_<function>; pnccl<X> is the function and nccl<X> a weak alias of
+// it, as in NCCL. Each Go export is a thin shell: check the handle, recover
+// a panic into ncclInternalError, call one function of internal/, map the
+// error with toResult and set the last-error text. exports.map (a linker
+// version script) exports only nccl*, pnccl* and cecoll* names.
+//
+// Build (build.sh):
+//
+//	go build -buildmode=c-shared -o build/libcecoll.so \
+//	    -ldflags "-extldflags -Wl,--version-script=$PWD/export/exports.map" ./export
+//
+// Process rules for programs that load the library:
+//   - The Go runtime starts when the library loads; no work runs in init().
+//   - Do not fork after loading it without exec'ing at once: the child has
+//     the Go runtime's threads missing. Start other processes with
+//     posix_spawn or fork+exec; in Python use the "spawn" start method.
+//   - Never dlclose it: a Go runtime cannot be unloaded.
+//   - One Go runtime per process: do not load two Go c-shared libraries
+//     built from cecoll (or another Go c-shared library) into one process.
+//   - A thread's current device (cecollSetDevice, or cudaSetDevice on a GPU)
+//     decides where ncclCommInitRank and ncclMemAlloc work; calls on a
+//     communicator switch to its device themselves and restore the caller's.
+package main

@@ -1,0 +1,465 @@
+package ce
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"cecoll/internal/hip"
+	"cecoll/internal/log"
+	"cecoll/internal/result"
+)
+
+// Defaults of Config.
+const (
+	DefaultIntraBatchSyncFreq      = 8
+	DefaultIntraBatchSyncThreshold = 512 << 20
+	// DefaultStagingBytes is the staging window per rank: 32 MiB. Calls on
+	// unregistered buffers move at most this much per receiver per round
+	// (AllGather/AlltoAll: StagingBytes/n per peer block), each round costing
+	// two flag syncs; 32 MiB keeps a round far longer than its syncs on
+	// NVLink (about 90 us at 380 GB/s against about 10 us of syncs) while
+	// costing little device memory. Zero-copy AlltoAll uses the same rounds
+	// (an in-place rank stages its blocks there, B13, and must not run more
+	// syncs than its peers), so an AlltoAll whose n*chunk exceeds
+	// StagingBytes costs two syncs per extra round.
+	DefaultStagingBytes = 32 << 20
+)
+
+// Flag-write methods (Config.FlagWrite).
+const (
+	FlagWriteAuto  = "auto"  // write-value where Caps().PeerWriteValue, else copy
+	FlagWriteValue = "value" // stream write-value to the peer's flag
+	FlagWriteCopy  = "copy"  // 4-byte device-to-device copy of a device word (B5)
+)
+
+// Config holds the engine's tunables. Every rank of a communicator must use
+// the same values (they decide the number of flag syncs of a call).
+type Config struct {
+	IntraBatchSyncFreq      int     // CECOLL_INTRA_BATCH_SYNC_FREQ, copies (default 8)
+	IntraBatchSyncThreshold uint64  // CECOLL_INTRA_BATCH_SYNC_THRESHOLD, bytes of chunk*n (default 512 MiB)
+	StagingBytes            uintptr // CECOLL_STAGING_BYTES, staging window per rank (default 32 MiB)
+	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
+}
+
+// ConfigFromEnv returns the defaults overridden by the environment. A
+// value that does not parse is reported (WARN) and the default kept.
+func ConfigFromEnv() Config {
+	cfg := Config{
+		IntraBatchSyncFreq:      DefaultIntraBatchSyncFreq,
+		IntraBatchSyncThreshold: DefaultIntraBatchSyncThreshold,
+		StagingBytes:            DefaultStagingBytes,
+		FlagWrite:               FlagWriteAuto,
+	}
+	if v, ok := envBytes("CECOLL_INTRA_BATCH_SYNC_FREQ"); ok {
+		if v >= 1 && v <= 1<<20 {
+			cfg.IntraBatchSyncFreq = int(v)
+		} else {
+			log.Warnf("CECOLL_INTRA_BATCH_SYNC_FREQ=%d out of range [1, 1048576]; using %d", v, cfg.IntraBatchSyncFreq)
+		}
+	}
+	if v, ok := envBytes("CECOLL_INTRA_BATCH_SYNC_THRESHOLD"); ok {
+		cfg.IntraBatchSyncThreshold = v
+	}
+	if v, ok := envBytes("CECOLL_STAGING_BYTES"); ok {
+		cfg.StagingBytes = uintptr(v)
+	}
+	if v := strings.ToLower(strings.TrimSpace(os.Getenv("CECOLL_FLAG_WRITE"))); v != "" {
+		switch v {
+		case FlagWriteAuto, FlagWriteValue, FlagWriteCopy:
+			cfg.FlagWrite = v
+		default:
+			log.Warnf("CECOLL_FLAG_WRITE=%q: want auto, value or copy; using auto", v)
+		}
+	}
+	return cfg
+}
+
+// envBytes parses an unsigned integer with an optional K, M or G suffix
+// (powers of 1024).
+func envBytes(name string) (uint64, bool) {
+	s := strings.TrimSpace(os.Getenv(name))
+	if s == "" {
+		return 0, false
+	}
+	v, err := parseBytes(s)
+	if err != nil {
+		log.Warnf("%s=%q: %v; using the default", name, s, err)
+		return 0, false
+	}
+	return v, true
+}
+
+func parseBytes(s string) (uint64, error) {
+	shift := 0
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		shift = 10
+	case "M":
+		shift = 20
+	case "G":
+		shift = 30
+	}
+	if shift != 0 {
+		s = s[:len(s)-1]
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 0, 64)
+	if err != nil {
+		return 0, err
+	}
+	if v > (^uint64(0))>>shift {
+		return 0, strconv.ErrRange
+	}
+	return v << shift, nil
+}
+
+// normalize fills zero fields with defaults and checks the rest.
+func (cfg *Config) normalize() error {
+	if cfg.IntraBatchSyncFreq == 0 {
+		cfg.IntraBatchSyncFreq = DefaultIntraBatchSyncFreq
+	}
+	if cfg.IntraBatchSyncThreshold == 0 {
+		cfg.IntraBatchSyncThreshold = DefaultIntraBatchSyncThreshold
+	}
+	if cfg.StagingBytes == 0 {
+		cfg.StagingBytes = DefaultStagingBytes
+	}
+	if cfg.FlagWrite == "" {
+		cfg.FlagWrite = FlagWriteAuto
+	}
+	if cfg.IntraBatchSyncFreq < 1 {
+		return result.Errorf(result.InvalidArgument, "ce: intra-batch sync frequency %d: want >= 1", cfg.IntraBatchSyncFreq)
+	}
+	switch cfg.FlagWrite {
+	case FlagWriteAuto, FlagWriteValue, FlagWriteCopy:
+	default:
+		return result.Errorf(result.InvalidArgument, "ce: flag write %q: want auto, value or copy", cfg.FlagWrite)
+	}
+	return nil
+}
+
+// Engine is one rank's CE state for one communicator. Its methods are safe
+// for concurrent use (calls are serialised), but a communicator's
+// collectives must still be issued in the same order on every rank.
+type Engine struct {
+	mu   sync.Mutex
+	live bool
+	able bool // Implemented for this runtime, computed once
+	lazy bool // seed.b15: setup deferred to the first Launch
+
+	c    Comm
+	rt   hip.Runtime
+	cfg  Config
+	caps hip.Caps
+	rank int
+	n    int
+	dev  int
+
+	// Sync window: ready array at 0, complete array at complOff.
+	syncBase hip.DevicePtr
+	syncSize uintptr
+	syncWin  Window
+	complOff uintptr
+	mc       hip.DevicePtr // multicast address of the sync window; 0: unicast
+	mcTried  bool          // seed.b6: lazy multicast set-up done
+
+	// Device words for copy-based flag writes (B4/B5): [0] the graph
+	// constant 1, [1] and [2] the eager value of a ready and a complete
+	// sync.
+	words    hip.DevicePtr
+	flagCopy bool
+	hostSeq  uint32 // seed.b4 only: the host-memory source the seed used
+
+	// Staging window.
+	stageBase hip.DevicePtr
+	stageWin  Window
+	stageSize uintptr
+
+	seq      uint32 // last eager sync value
+	useCompl bool   // the next sync uses the complete array
+
+	// Ordering (B19): the end of the last eager collective, and of the last
+	// captured one.
+	ev        hip.Event
+	evStream  hip.Stream
+	evValid   bool
+	capEv     hip.Event
+	capStream hip.Stream
+	capValid  bool
+
+	// Preallocated parameter arrays (B16).
+	ops      []hip.MemOp
+	dsts     []hip.DevicePtr
+	srcs     []hip.DevicePtr
+	sizes    []uintptr
+	bounds   []int // bounds[j]: copies queued before slot j
+	attrs    [1]hip.CopyAttributes
+	attrIdxs [1]uintptr
+	members  []hip.DevicePtr
+}
+
+// Init sets up the rank's CE state. Collective: every rank of c calls it
+// (it registers windows and calls c.Barrier). Never call it under capture
+// (B15): communicator creation is the place.
+func Init(c Comm, cfg Config) (*Engine, error) {
+	if c == nil {
+		return nil, result.Errorf(result.InvalidArgument, "ce init: nil communicator")
+	}
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	e := &Engine{c: c, rt: c.Runtime(), cfg: cfg, rank: c.Rank(), n: c.Size(), dev: c.Device()}
+	if e.rt == nil || e.n < 1 || e.rank < 0 || e.rank >= e.n {
+		return nil, result.Errorf(result.InvalidArgument, "ce init: bad communicator (rank %d of %d)", e.rank, e.n)
+	}
+	if seed.b15 {
+		// The seed initialised lazily, at the first collective, which may
+		// run inside a capture.
+		e.lazy, e.live = true, true
+		return e, nil
+	}
+	if err := e.setup(); err != nil {
+		e.release()
+		return nil, err
+	}
+	e.live = true
+	if log.Enabled(log.LevelInfo) {
+		log.Infof("ce init: rank %d/%d dev %d sync window %#x (%d B, complete at +%d) %s sync, flag writes by %s, staging %d B",
+			e.rank, e.n, e.dev, uintptr(e.syncBase), e.syncSize, e.complOff, e.syncKind(), e.flagKind(), e.stageSize)
+	}
+	return e, nil
+}
+
+func (e *Engine) syncKind() string {
+	if e.mc != 0 {
+		return "multicast"
+	}
+	return "unicast"
+}
+
+func (e *Engine) flagKind() string {
+	if e.flagCopy {
+		return "copy"
+	}
+	return "write-value"
+}
+
+// setup builds everything Init promises; on error release undoes what
+// was built.
+func (e *Engine) setup() error {
+	rt, n := e.rt, e.n
+	if err := rt.SetDevice(e.dev); err != nil {
+		return initErr("set device", err)
+	}
+	e.caps = rt.Caps()
+	e.able = Implemented(rt, FuncAllGather, 0, 0)
+	switch e.cfg.FlagWrite {
+	case FlagWriteCopy:
+		e.flagCopy = true
+	case FlagWriteValue:
+		if !e.caps.PeerWriteValue {
+			return result.Errorf(result.InvalidUsage, "ce init: flag write %q asked for, but this device refuses write-value to peer memory (use auto or copy)", FlagWriteValue)
+		}
+	default:
+		e.flagCopy = !e.caps.PeerWriteValue && !seed.b5
+	}
+
+	// Sync window (B17: zeroed before anyone uses it; the barrier below
+	// makes sure every rank's zeroing is done before any peer writes).
+	e.complOff = alignUp(uintptr(n)*4, 16)
+	e.syncSize = 2 * e.complOff
+	var err error
+	if e.syncBase, err = rt.MemAlloc(e.syncSize); err != nil {
+		return initErr("sync window alloc", err)
+	}
+	if !seed.b17 {
+		if err := rt.Memset(e.syncBase, 0, e.syncSize); err != nil {
+			return initErr("sync window zero", err)
+		}
+	}
+	if e.syncWin, err = e.c.RegisterWindow(e.syncBase, e.syncSize); err != nil {
+		return initErr("sync window register", err)
+	}
+
+	// Device words: the graph constant 1 and the eager flag sources.
+	if e.words, err = rt.MemAlloc(64); err != nil {
+		return initErr("flag words alloc", err)
+	}
+	var w [16]uint32
+	w[0] = graphSyncValue
+	if err := copyWords(rt, e.words, w[:]); err != nil {
+		return initErr("flag words init", err)
+	}
+
+	// Staging window.
+	e.stageSize = e.cfg.StagingBytes
+	if e.stageBase, err = rt.MemAlloc(e.stageSize); err != nil {
+		return initErr("staging window alloc", err)
+	}
+	if e.stageWin, err = e.c.RegisterWindow(e.stageBase, e.stageSize); err != nil {
+		return initErr("staging window register", err)
+	}
+
+	// Ordering events.
+	if e.ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+		return initErr("event create", err)
+	}
+	if e.capEv, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+		return initErr("event create", err)
+	}
+
+	// Parameter arrays, sized for the largest call (B16): a UC sync under
+	// capture needs 2(n-1) flag entries and n resets; a collective at most
+	// n copies per batch.
+	e.ops = make([]hip.MemOp, 0, 3*n+2)
+	e.dsts = make([]hip.DevicePtr, 0, n)
+	e.srcs = make([]hip.DevicePtr, 0, n)
+	e.sizes = make([]uintptr, 0, n)
+	e.bounds = make([]int, n+1)
+	e.attrs[0] = hip.CopyAttributes{SrcAccessOrder: hip.SrcAccessOrderStream, Flags: hip.CopyFlagPreferOverlapWithCompute}
+	e.attrIdxs[0] = 0
+	e.members = make([]hip.DevicePtr, n)
+	for r := range n {
+		e.members[r] = e.syncWin.PeerBase(r)
+	}
+
+	// The first eager value is 2: 0 is the reset value and 1 the graph
+	// constant (B10).
+	e.seq = 1
+	if seed.b10 {
+		e.seq = 0
+	}
+
+	// Multicast, eagerly and before the barrier (B6); only with more than
+	// two ranks, where one write replaces several.
+	if e.caps.Multicast && n > 2 && !seed.b6 {
+		if e.mc, err = rt.MulticastCreate(e.members, e.syncSize); err != nil {
+			return initErr("multicast create", err)
+		}
+	}
+	if err := e.c.Barrier(); err != nil {
+		return initErr("barrier", err)
+	}
+	return nil
+}
+
+// graphSyncValue is the flag value of every sync inside a captured graph.
+const graphSyncValue = 1
+
+// Word offsets inside Engine.words.
+const (
+	wordGraph = 0
+	wordReady = 4
+	wordCompl = 8
+)
+
+func initErr(what string, err error) error {
+	return result.Errorf(result.Of(err), "ce init: %s: %w", what, err)
+}
+
+// release frees whatever setup built. It never waits for peers.
+func (e *Engine) release() error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	rt := e.rt
+	if rt == nil {
+		return nil
+	}
+	if e.mc != 0 {
+		keep(rt.MulticastDestroy(e.mc))
+		e.mc = 0
+	}
+	if e.ev != 0 {
+		keep(rt.EventDestroy(e.ev))
+		e.ev = 0
+	}
+	if e.capEv != 0 {
+		keep(rt.EventDestroy(e.capEv))
+		e.capEv = 0
+	}
+	if e.stageWin != nil {
+		keep(e.c.DeregisterWindow(e.stageWin))
+		e.stageWin = nil
+	}
+	if e.stageBase != 0 {
+		keep(rt.MemFree(e.stageBase))
+		e.stageBase = 0
+	}
+	if e.words != 0 {
+		keep(rt.MemFree(e.words))
+		e.words = 0
+	}
+	if e.syncWin != nil {
+		keep(e.c.DeregisterWindow(e.syncWin))
+		e.syncWin = nil
+	}
+	if e.syncBase != 0 {
+		keep(rt.MemFree(e.syncBase))
+		e.syncBase = 0
+	}
+	e.evValid, e.capValid = false, false
+	return first
+}
+
+// Finalize releases the CE state; local and idempotent, it never waits for
+// peers. The caller must have synchronised (or aborted) the streams that
+// carry this engine's collectives: their flag waits read the sync window.
+// Launch fails with InvalidUsage afterwards.
+func (e *Engine) Finalize() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.live {
+		return nil
+	}
+	e.live = false
+	if err := e.rt.SetDevice(e.dev); err != nil {
+		return result.Errorf(result.UnhandledCudaError, "ce finalize: set device: %w", err)
+	}
+	if err := e.release(); err != nil {
+		return result.Errorf(result.Of(err), "ce finalize: %w", err)
+	}
+	return nil
+}
+
+// Implemented reports whether fn can run on copy engines with rt: the four
+// data-movement collectives on a runtime that has stream memory operations
+// (CUDA driver >= 12.5 as NCCL requires; HIP >= 7.0, where
+// hipStreamBatchMemOp exists; the host device always). redOp is ignored;
+// datatype must be an NCCL type.
+func Implemented(rt hip.Runtime, fn Func, redOp int32, datatype int32) bool {
+	_ = redOp
+	if rt == nil || datatype < 0 || datatype >= numTypes {
+		return false
+	}
+	switch fn {
+	case FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather:
+	default:
+		return false
+	}
+	switch rt.Name() {
+	case "host":
+		return true
+	case "nvidia":
+		v, err := rt.DriverVersion()
+		return err == nil && v >= 12050
+	case "amd":
+		v, err := rt.DriverVersion()
+		return err == nil && v >= 70000000
+	}
+	return false
+}
+
+// numTypes is ncclNumTypes; eltSizes[t] is the size of ncclDataType_t t.
+const numTypes = 12
+
+var eltSizes = [numTypes]uintptr{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
+
+func alignUp(x, a uintptr) uintptr { return (x + a - 1) &^ (a - 1) }

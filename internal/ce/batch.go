@@ -1,0 +1,130 @@
+package ce
+
+import "cecoll/internal/hip"
+
+// A collective queues its copies slot by slot: slot j is the j-th peer of
+// the rotation (slot 0 is the rank itself). A slot may hold no copy (an
+// in-place local block) but still counts, so that sub-batch boundaries,
+// computed from slot numbers, are the same on every rank (B9).
+
+// resetCopies empties the copy list.
+func (e *Engine) resetCopies() {
+	e.dsts, e.srcs, e.sizes = e.dsts[:0], e.srcs[:0], e.sizes[:0]
+}
+
+// slot marks the start of slot j.
+func (e *Engine) slot(j int) { e.bounds[j] = len(e.dsts) }
+
+// add queues one copy of n bytes.
+func (e *Engine) add(dst, src hip.DevicePtr, n uintptr) {
+	e.dsts = append(e.dsts, dst)
+	e.srcs = append(e.srcs, src)
+	e.sizes = append(e.sizes, n)
+}
+
+// subBatches is the number of sub-batches of a collective of nSlots slots
+// that moves chunk bytes per slot: more than one only for AllGather and
+// AlltoAll with more slots than the frequency and at least the threshold
+// moved (chunk*n). It depends on n and chunk only, so every rank runs the
+// same number of syncs (B9).
+func (e *Engine) subBatches(nSlots int, chunk uintptr) int {
+	f := e.cfg.IntraBatchSyncFreq
+	if nSlots <= f || uint64(chunk)*uint64(nSlots) < e.cfg.IntraBatchSyncThreshold {
+		return 1
+	}
+	return (nSlots + f - 1) / f
+}
+
+// launchRound runs one sync-copies-sync round of the queued copies, split
+// into sub-batches as subBatches decides, with a sync between sub-batches.
+// A round with an odd number of syncs gets one more, so that every
+// collective starts on the ready array: under capture this keeps replays
+// in phase (B8); eager calls keep it too, so that a graph captured between
+// eager calls finds the arrays in the phase it was captured in.
+func (e *Engine) launchRound(s hip.Stream, capturing bool, nSlots int, chunk uintptr, intra bool) error {
+	e.bounds[nSlots] = len(e.dsts)
+	k := 1
+	if intra {
+		k = e.subBatches(nSlots, chunk)
+	}
+	if seed.b9 && intra {
+		return e.launchRoundSeedB9(s, capturing, chunk)
+	}
+	if err := e.sync(s, capturing); err != nil {
+		return err
+	}
+	f := e.cfg.IntraBatchSyncFreq
+	for b := range k {
+		lo, hi := 0, len(e.dsts)
+		if k > 1 {
+			lo, hi = e.bounds[b*f], e.bounds[min((b+1)*f, nSlots)]
+		}
+		if err := e.copies(s, capturing, lo, hi); err != nil {
+			return err
+		}
+		if b+1 < k {
+			if err := e.sync(s, capturing); err != nil {
+				return err
+			}
+		}
+	}
+	if (k-1)&1 == 1 && !(seed.b8 && capturing) {
+		// Keep the sync count even (B8).
+		if err := e.sync(s, capturing); err != nil {
+			return err
+		}
+	}
+	return e.sync(s, capturing)
+}
+
+// launchRoundSeedB9 is the seed's intra-batch rule: decided from the local
+// copy count, which differs between in-place and out-of-place ranks.
+func (e *Engine) launchRoundSeedB9(s hip.Stream, capturing bool, chunk uintptr) error {
+	if err := e.sync(s, capturing); err != nil {
+		return err
+	}
+	num, f := len(e.dsts), e.cfg.IntraBatchSyncFreq
+	if num > f && uint64(chunk)*uint64(num) >= e.cfg.IntraBatchSyncThreshold {
+		for i := 0; i < num; i += f {
+			if err := e.copies(s, capturing, i, min(i+f, num)); err != nil {
+				return err
+			}
+			if i+f < num {
+				if err := e.sync(s, capturing); err != nil {
+					return err
+				}
+			}
+		}
+	} else if err := e.copies(s, capturing, 0, num); err != nil {
+		return err
+	}
+	return e.sync(s, capturing)
+}
+
+// copies enqueues queued copies [lo, hi) on s: one batched copy where the
+// runtime has it, else (and under capture, and on the legacy NULL stream,
+// B14) one copy per entry.
+func (e *Engine) copies(s hip.Stream, capturing bool, lo, hi int) error {
+	if lo >= hi {
+		return nil
+	}
+	perCopy := capturing || !e.caps.BatchCopy || (s.IsLegacyNull() && !seed.b14)
+	if perCopy {
+		for i := lo; i < hi; i++ {
+			if err := e.rt.MemcpyAsync(e.dsts[i], e.srcs[i], e.sizes[i], s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if seed.b2 {
+		// The seed compiled the batched copy out: eager calls moved nothing.
+		return nil
+	}
+	attrs, idxs := e.attrs[:0], e.attrIdxs[:0]
+	if e.caps.CopyAttributes || seed.b3 {
+		// One entry for every copy (B3: only where attributes are accepted).
+		attrs, idxs = e.attrs[:], e.attrIdxs[:]
+	}
+	return e.rt.MemcpyBatchAsync(e.dsts[lo:hi], e.srcs[lo:hi], e.sizes[lo:hi], attrs, idxs, s)
+}

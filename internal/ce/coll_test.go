@@ -1,0 +1,410 @@
+package ce
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"cecoll/internal/hip"
+)
+
+// pattern is the content block id of count bytes; distinct per id.
+func pattern(id int, n uintptr) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(id*37 + i*7 + 1 + i>>8)
+	}
+	return b
+}
+
+// bufMode says where a test's buffers live.
+type bufMode int
+
+const (
+	bufPlain  bufMode = iota // unregistered: the staged path
+	bufWindow                // registered windows: zero-copy
+	bufGroup                 // Args.PeerSend/PeerRecv: the group path
+)
+
+func (m bufMode) String() string { return [...]string{"plain", "window", "group"}[m] }
+
+// collCase is one call on every rank.
+type collCase struct {
+	fn      Func
+	count   uintptr // elements of dtype
+	dtype   int32
+	root    int
+	inPlace bool
+	mode    bufMode
+	nullBuf bool // NULL non-root buffers where allowed (Scatter send, Gather recv)
+}
+
+func (c collCase) String() string {
+	return fmt.Sprintf("%s/count=%d/dt=%d/root=%d/inplace=%v/%s/null=%v", c.fn, c.count, c.dtype, c.root, c.inPlace, c.mode, c.nullBuf)
+}
+
+// prepared holds one rank's buffers of a case and the expected result.
+type prepared struct {
+	args      Args
+	check     hip.DevicePtr // where the result is read
+	want      []byte
+	refill    func() // rewrites the inputs (before a replay)
+	sendBytes []byte
+}
+
+// prepare allocates and fills this rank's buffers for c (collective when
+// mode is bufWindow or bufGroup: every rank must call it in step).
+func (r *rankEnv) prepare(c collCase) prepared {
+	n, me := r.w.n, r.rank
+	chunk := c.count * eltSizes[c.dtype]
+	a := Args{Func: c.fn, Root: c.root, Datatype: c.dtype, Count: c.count, EltSize: eltSizes[c.dtype], Stream: r.s}
+	var sendLen, recvLen uintptr
+	switch c.fn {
+	case FuncAllGather:
+		sendLen, recvLen = chunk, uintptr(n)*chunk
+	case FuncAlltoAll:
+		sendLen, recvLen = uintptr(n)*chunk, uintptr(n)*chunk
+	case FuncScatter:
+		sendLen, recvLen = uintptr(n)*chunk, chunk
+	case FuncGather:
+		sendLen, recvLen = chunk, uintptr(n)*chunk
+	}
+	isRoot := me == c.root
+	// One allocation holds both buffers so that a window covers both.
+	total := sendLen + recvLen
+	base := r.alloc(total + 64)
+	if c.mode == bufWindow {
+		if _, err := r.RegisterWindow(base, total+64); err != nil {
+			panic(err)
+		}
+	}
+	send, recv := base, base+hip.DevicePtr(sendLen)
+	var in []byte // initial image of base
+	in = make([]byte, total)
+	var want []byte
+	check := recv
+	switch c.fn {
+	case FuncAllGather:
+		copy(in, pattern(me, chunk))
+		if c.inPlace {
+			send = recv + hip.DevicePtr(uintptr(me)*chunk)
+			copy(in[sendLen+uintptr(me)*chunk:], pattern(me, chunk))
+		}
+		for p := range n {
+			want = append(want, pattern(p, chunk)...)
+		}
+	case FuncAlltoAll:
+		for d := range n {
+			copy(in[uintptr(d)*chunk:], pattern(me*n+d, chunk))
+		}
+		if c.inPlace {
+			send = recv
+			copy(in[sendLen:], in[:sendLen])
+		}
+		for p := range n {
+			want = append(want, pattern(p*n+me, chunk)...)
+		}
+	case FuncScatter:
+		if isRoot {
+			for d := range n {
+				copy(in[uintptr(d)*chunk:], pattern(d, chunk))
+			}
+		}
+		if c.inPlace {
+			// Every rank's recv at the root's offset: registration is
+			// symmetric.
+			recv = send + hip.DevicePtr(uintptr(c.root)*chunk)
+			check = recv
+		}
+		want = pattern(me, chunk)
+	case FuncGather:
+		copy(in, pattern(me, chunk))
+		if c.inPlace {
+			// Every rank's send at the root's offset.
+			send = recv + hip.DevicePtr(uintptr(c.root)*chunk)
+			copy(in[sendLen+uintptr(c.root)*chunk:], pattern(me, chunk))
+		}
+		if isRoot {
+			for p := range n {
+				want = append(want, pattern(p, chunk)...)
+			}
+		}
+	}
+	if c.nullBuf {
+		if c.fn == FuncScatter && !isRoot {
+			send = 0
+		}
+		if c.fn == FuncGather && !isRoot {
+			recv = 0
+		}
+	}
+	if c.count == 0 {
+		want = nil
+	}
+	a.Send, a.Recv = send, recv
+	if c.mode == bufGroup {
+		a.PeerSend = r.exchange(send)
+		a.PeerRecv = r.exchange(recv)
+	}
+	refill := func() { r.put(base, in) }
+	refill()
+	return prepared{args: a, check: check, want: want, refill: refill}
+}
+
+// verify reads the result of p after the stream is synchronised.
+func (r *rankEnv) verify(c collCase, p prepared) error {
+	if len(p.want) == 0 {
+		return nil
+	}
+	got := r.get(p.check, uintptr(len(p.want)))
+	if !bytes.Equal(got, p.want) {
+		for i := range got {
+			if got[i] != p.want[i] {
+				return fmt.Errorf("%v: wrong result at byte %d of %d: got %#x want %#x", c, i, len(got), got[i], p.want[i])
+			}
+		}
+	}
+	return nil
+}
+
+// runCases runs every case on every rank, in order, with one engine.
+func runCases(t *testing.T, n int, o worldOpts, cfg Config, cases []collCase) {
+	w := newWorld(t, n, o)
+	w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
+		for _, c := range cases {
+			p := r.prepare(c)
+			if err := r.e.Launch(&p.args); err != nil {
+				return fmt.Errorf("%v: %w", c, err)
+			}
+			r.syncStream()
+			if err := r.verify(c, p); err != nil {
+				return err
+			}
+			r.w.bar.wait() // nobody frees or refills while a peer still reads
+		}
+		return nil
+	})
+}
+
+// testCfg uses a small staging window so that staged calls run in rounds.
+func testCfg() Config {
+	return Config{StagingBytes: 4096, IntraBatchSyncFreq: 8, IntraBatchSyncThreshold: 512 << 20}
+}
+
+func allCases(n int, counts []uintptr, modes []bufMode) []collCase {
+	var cs []collCase
+	for _, m := range modes {
+		for _, cnt := range counts {
+			for _, f := range []Func{FuncAllGather, FuncAlltoAll} {
+				for _, ip := range []bool{false, true} {
+					cs = append(cs, collCase{fn: f, count: cnt, dtype: 7, inPlace: ip, mode: m})
+				}
+			}
+			for root := range n {
+				for _, f := range []Func{FuncScatter, FuncGather} {
+					for _, ip := range []bool{false, true} {
+						cs = append(cs, collCase{fn: f, count: cnt, dtype: 0, root: root, inPlace: ip, mode: m, nullBuf: !ip})
+					}
+				}
+			}
+		}
+	}
+	return cs
+}
+
+func TestCollectives(t *testing.T) {
+	ns := []int{1, 2, 3, 4, 8, 9}
+	counts := []uintptr{0, 1, 7, 1000}
+	if testing.Short() {
+		ns, counts = []int{1, 2, 3}, []uintptr{0, 1, 1000}
+	}
+	for _, n := range ns {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			runCases(t, n, worldOpts{}, testCfg(), allCases(n, counts, []bufMode{bufPlain, bufWindow, bufGroup}))
+		})
+	}
+}
+
+// TestLarger moves a few MiB through both the staged path (many rounds)
+// and zero-copy, with chaos.
+func TestLarger(t *testing.T) {
+	cnt := uintptr(256 << 10) // 1 MiB of float32 per block
+	if testing.Short() {
+		cnt = 16 << 10
+	}
+	cfg := testCfg()
+	cfg.StagingBytes = 1 << 20
+	var cs []collCase
+	for _, m := range []bufMode{bufPlain, bufWindow} {
+		cs = append(cs,
+			collCase{fn: FuncAllGather, count: cnt, dtype: 7, mode: m},
+			collCase{fn: FuncAlltoAll, count: cnt, dtype: 7, mode: m, inPlace: true},
+			collCase{fn: FuncScatter, count: cnt, dtype: 7, root: 1, mode: m},
+			collCase{fn: FuncGather, count: cnt, dtype: 7, root: 2, mode: m, inPlace: true})
+	}
+	runCases(t, 4, worldOpts{chaos: 7}, cfg, cs)
+}
+
+// TestChaos runs the mixed cases under several scheduler seeds.
+func TestChaos(t *testing.T) {
+	seeds := []int64{1, 2, 3}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, sd := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", sd), func(t *testing.T) {
+			runCases(t, 3, worldOpts{chaos: sd}, testCfg(), allCases(3, []uintptr{1, 333}, []bufMode{bufPlain, bufWindow, bufGroup}))
+		})
+	}
+}
+
+// TestFlagWriteAndSync covers every flag-write method with unicast and
+// multicast syncs, and HIP's split batches.
+func TestFlagWriteAndSync(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	mc := nomc
+	mc.Multicast = true
+	nopw := mc
+	nopw.PeerWriteValue = false
+	hipc := mc
+	hipc.SplitWaitReset = true
+	hipc.CopyAttributes = false
+	for _, tc := range []struct {
+		name string
+		caps hip.Caps
+		fw   string
+	}{
+		{"uc-value", nomc, FlagWriteValue},
+		{"uc-copy", nomc, FlagWriteCopy},
+		{"mc-value", mc, FlagWriteValue},
+		{"mc-copy", mc, FlagWriteCopy},
+		{"mc-auto-nopeerwrite", nopw, FlagWriteAuto},
+		{"hip", hipc, FlagWriteAuto},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg()
+			cfg.FlagWrite = tc.fw
+			caps := tc.caps
+			runCases(t, 4, worldOpts{caps: &caps, chaos: 5}, cfg, allCases(4, []uintptr{5}, []bufMode{bufPlain, bufWindow}))
+		})
+	}
+}
+
+// TestCopyFallbacks covers the per-copy path (no batched copy) and the
+// legacy NULL stream (B14 has its own test).
+func TestCopyFallbacks(t *testing.T) {
+	caps := hip.Caps{PeerWriteValue: true, Multicast: true}
+	runCases(t, 3, worldOpts{caps: &caps}, testCfg(), allCases(3, []uintptr{9}, []bufMode{bufPlain, bufWindow}))
+}
+
+// TestIntraBatchSync makes the intra-batch sync kick in (frequency 2,
+// threshold 1 byte) with in-place and out-of-place ranks mixed (B9 rule).
+func TestIntraBatchSync(t *testing.T) {
+	cfg := testCfg()
+	cfg.IntraBatchSyncFreq = 2
+	cfg.IntraBatchSyncThreshold = 1
+	for _, n := range []int{3, 4, 5} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			runCases(t, n, worldOpts{chaos: 11}, cfg, allCases(n, []uintptr{3, 100}, []bufMode{bufPlain, bufWindow}))
+		})
+	}
+}
+
+func TestSharedDevice(t *testing.T) {
+	runCases(t, 4, worldOpts{devices: 1}, testCfg(), allCases(4, []uintptr{17}, []bufMode{bufPlain, bufWindow}))
+}
+
+// capture records cases into one graph per rank and replays it.
+func TestCaptureReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+		caps *hip.Caps
+	}{
+		{"plain", func(*Config) {}, nil},
+		{"intra", func(c *Config) { c.IntraBatchSyncFreq, c.IntraBatchSyncThreshold = 2, 1 }, nil},
+		{"copyflags", func(c *Config) { c.FlagWrite = FlagWriteCopy }, nil},
+		{"hip", func(*Config) {}, &hip.Caps{BatchCopy: true, PeerWriteValue: true, Multicast: true, SplitWaitReset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg()
+			tc.cfg(&cfg)
+			n := 4
+			cases := []collCase{
+				{fn: FuncAllGather, count: 33, dtype: 7, mode: bufWindow},
+				{fn: FuncAlltoAll, count: 100, dtype: 2, mode: bufPlain, inPlace: true},
+				{fn: FuncScatter, count: 70, dtype: 0, root: 2, mode: bufWindow, inPlace: true},
+				{fn: FuncGather, count: 600, dtype: 0, root: 3, mode: bufPlain, nullBuf: true},
+				{fn: FuncAllGather, count: 10, dtype: 7, mode: bufGroup, inPlace: true},
+			}
+			w := newWorld(t, n, worldOpts{chaos: 3, caps: tc.caps})
+			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
+				ps := make([]prepared, len(cases))
+				for i, c := range cases {
+					ps[i] = r.prepare(c)
+				}
+				// One eager round first: graphs and eager calls share the
+				// sync window.
+				for i := range cases {
+					if err := r.e.Launch(&ps[i].args); err != nil {
+						return err
+					}
+				}
+				r.syncStream()
+				r.w.bar.wait()
+				if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
+					return err
+				}
+				for i := range cases {
+					if err := r.e.Launch(&ps[i].args); err != nil {
+						return fmt.Errorf("capture %v: %w", cases[i], err)
+					}
+				}
+				g, err := r.rt.StreamEndCapture(r.s)
+				if err != nil {
+					return err
+				}
+				x, err := r.rt.GraphInstantiate(g)
+				if err != nil {
+					return err
+				}
+				for rep := range 4 {
+					for i := range cases {
+						ps[i].refill()
+						if err := r.rt.Memset(ps[i].check, 0xEE, uintptr(len(ps[i].want))); err != nil && len(ps[i].want) > 0 {
+							return err
+						}
+					}
+					// Scatter in place and Gather in place read what the
+					// memset clobbered on the root: refill again.
+					for i := range cases {
+						if cases[i].inPlace {
+							ps[i].refill()
+						}
+					}
+					r.w.bar.wait()
+					if err := r.rt.GraphLaunch(x, r.s); err != nil {
+						return err
+					}
+					if rep%2 == 1 {
+						// An eager call between replays.
+						if err := r.e.Launch(&ps[0].args); err != nil {
+							return err
+						}
+					}
+					r.syncStream()
+					for i, c := range cases {
+						if err := r.verify(c, ps[i]); err != nil {
+							return fmt.Errorf("replay %d: %w", rep, err)
+						}
+					}
+					r.w.bar.wait()
+				}
+				_ = r.rt.GraphExecDestroy(x)
+				_ = r.rt.GraphDestroy(g)
+				return nil
+			})
+		})
+	}
+}

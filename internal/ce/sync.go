@@ -1,0 +1,157 @@
+package ce
+
+import (
+	"unsafe"
+
+	"cecoll/internal/hip"
+)
+
+// copyWords writes w to device memory at p (synchronous; Init only).
+func copyWords(rt hip.Runtime, p hip.DevicePtr, w []uint32) error {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), len(w)*4)
+	return hip.CopyToDevice(rt, p, b)
+}
+
+// nextSeq returns the next eager flag value. Init starts the counter at 1,
+// so the first value is 2; 0 (the reset value) and 1 (the graph constant)
+// are skipped when the counter wraps (B10, B18).
+func (e *Engine) nextSeq() uint32 {
+	e.seq++
+	if e.seq == 0 && !seed.b18 {
+		e.seq = 2
+	}
+	return e.seq
+}
+
+// waitOp and writeOp build memop entries with their type set explicitly
+// (B1: the seed left it 0, an invalid operation).
+func waitOp(addr hip.DevicePtr, v uint32) hip.MemOp {
+	op := hip.WaitValue32(addr, v, hip.WaitEQ)
+	if seed.b1 {
+		op.Op = hip.MemOpInvalid
+	}
+	return op
+}
+
+func writeOp(addr hip.DevicePtr, v uint32) hip.MemOp {
+	op := hip.WriteValue32(addr, v)
+	if seed.b1 {
+		op.Op = hip.MemOpInvalid
+	}
+	return op
+}
+
+// submit enqueues e.ops on s in batches of at most 255 entries (B7).
+func (e *Engine) submit(s hip.Stream) error {
+	if len(e.ops) == 0 {
+		return nil
+	}
+	var err error
+	if seed.b7 {
+		err = e.rt.StreamBatchMemOp(s, e.ops)
+	} else {
+		err = hip.BatchMemOps(e.rt, s, e.ops)
+	}
+	e.ops = e.ops[:0]
+	return err
+}
+
+// sync is ncclMemOpSync: every rank announces that it reached this point
+// of the collective and waits until every peer has. Announcing is a write
+// of my slot in every peer's array (unicast) or one write to the multicast
+// address of my slot; the value is the next sequence number, or under
+// capture the constant 1 followed by a reset of my whole array to 0 (a
+// graph is replayed many times). Syncs alternate between the ready and the
+// complete array, so a fast peer never overwrites a slot its partner has
+// not yet seen.
+func (e *Engine) sync(s hip.Stream, capturing bool) error {
+	if e.n == 1 {
+		return nil
+	}
+	arr, word := uintptr(0), hip.DevicePtr(wordReady)
+	if e.useCompl {
+		arr, word = e.complOff, wordCompl
+	}
+	e.useCompl = !e.useCompl
+	val := uint32(graphSyncValue)
+	if !capturing {
+		val = e.nextSeq()
+	}
+	if seed.b6 && !e.mcTried {
+		// The seed created the multicast team lazily, at the first sync
+		// and without a barrier, and also for two ranks.
+		e.mcTried = true
+		if e.caps.Multicast {
+			mc, err := e.rt.MulticastCreate(e.members, e.syncSize)
+			if err != nil {
+				return err
+			}
+			e.mc = mc
+		}
+	}
+	mine := arr + uintptr(e.rank)*4 // my slot's offset in every array
+
+	// Announce.
+	e.ops = e.ops[:0]
+	if e.flagCopy || (seed.b4 && e.mc != 0) {
+		src := e.words + wordGraph
+		if !capturing {
+			src = e.words + word
+			if seed.b4 && e.mc != 0 {
+				// The seed copied the value from the host (a stack
+				// variable); the copy may run after the value changed.
+				e.hostSeq = val
+				src = hip.DevicePtr(unsafe.Pointer(&e.hostSeq))
+			} else {
+				// A local write-value publishes the value in a device word,
+				// then copies carry it to the peers (B4, B5).
+				e.ops = append(e.ops, writeOp(src, val))
+				if err := e.submit(s); err != nil {
+					return err
+				}
+			}
+		}
+		if e.mc != 0 {
+			if err := e.rt.MemcpyAsync(e.mc+hip.DevicePtr(mine), src, 4, s); err != nil {
+				return err
+			}
+		} else {
+			for r := range e.n {
+				if r == e.rank {
+					continue
+				}
+				if err := e.rt.MemcpyAsync(e.syncWin.PeerBase(r)+hip.DevicePtr(mine), src, 4, s); err != nil {
+					return err
+				}
+			}
+		}
+	} else if e.mc != 0 {
+		e.ops = append(e.ops, writeOp(e.mc+hip.DevicePtr(mine), val))
+	} else {
+		for r := range e.n {
+			if r != e.rank {
+				e.ops = append(e.ops, writeOp(e.syncWin.PeerBase(r)+hip.DevicePtr(mine), val))
+			}
+		}
+	}
+
+	// Wait for every peer's slot in my array.
+	local := e.syncBase + hip.DevicePtr(arr)
+	for r := range e.n {
+		if r != e.rank {
+			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(r*4), val))
+		}
+	}
+	if capturing {
+		if e.caps.SplitWaitReset {
+			// HIP may let later writes of a batch overtake its waits.
+			if err := e.submit(s); err != nil {
+				return err
+			}
+		}
+		for r := range e.n {
+			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(r*4), 0))
+		}
+	}
+	return e.submit(s)
+}

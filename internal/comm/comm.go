@@ -1,0 +1,468 @@
+package comm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/log"
+	"cecoll/internal/result"
+)
+
+// engine is what a communicator needs of *ce.Engine. Tests substitute a
+// fake through newEngine to exercise this package before the engine exists.
+type engine interface {
+	Launch(a *ce.Args) error
+	Finalize() error
+}
+
+// newEngine sets up a rank's CE state; collective.
+var newEngine = func(c ce.Comm, cfg ce.Config) (engine, error) {
+	e, err := ce.Init(c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+type state int32
+
+const (
+	stInit      state = iota // created; its collective init has not finished
+	stReady                  // usable
+	stFailed                 // init failed; only destroy is useful
+	stFinalized              // ncclCommFinalize ran
+	stAborted                // ncclCommAbort ran
+	stDestroyed
+)
+
+// Comm is one rank of a communicator. It implements ce.Comm.
+type Comm struct {
+	rt   hip.Runtime
+	rank int
+	size int
+	dev  int
+	cfg  Config
+	w    *world
+	boot Bootstrap
+
+	mu      sync.Mutex // state transitions
+	st      atomic.Int32
+	ready   chan struct{} // closed when init finished, either way
+	initErr error
+
+	engMu sync.Mutex // engine (re)init, launches, finalize
+	eng   engine
+	args  ce.Args       // reused by every launch: the launch path allocates nothing
+	seq   atomic.Uint64 // collectives issued, the same sequence on every rank
+
+	winMu   sync.RWMutex
+	wins    []*Window // sorted by base; registered or being registered
+	regs    map[uintptr][2]uintptr
+	nextReg uintptr
+}
+
+var _ ce.Comm = (*Comm)(nil)
+
+func newComm(rt hip.Runtime, rank, size, dev int, cfg Config) *Comm {
+	return &Comm{rt: rt, rank: rank, size: size, dev: dev, cfg: cfg,
+		ready: make(chan struct{}), regs: make(map[uintptr][2]uintptr)}
+}
+
+func (c *Comm) state() state { return state(c.st.Load()) }
+
+// Rank implements ce.Comm (ncclCommUserRank).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size implements ce.Comm (ncclCommCount).
+func (c *Comm) Size() int { return c.size }
+
+// Device implements ce.Comm (ncclCommCuDevice).
+func (c *Comm) Device() int { return c.dev }
+
+// Runtime implements ce.Comm.
+func (c *Comm) Runtime() hip.Runtime { return c.rt }
+
+// Config is the configuration the communicator was created with.
+func (c *Comm) Config() Config { return c.cfg }
+
+// Barrier implements ce.Comm.
+func (c *Comm) Barrier() error { return c.boot.Barrier() }
+
+// InitRank creates rank `rank` of an n-rank communicator on the calling
+// thread's current device. Outside a group it returns once every rank has
+// joined (collective); inside one it returns at once and the communicator
+// is set up at ncclGroupEnd.
+func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
+	if n < 1 {
+		return nil, result.Errorf(result.InvalidArgument, "nranks %d < 1", n)
+	}
+	if rank < 0 || rank >= n {
+		return nil, result.Errorf(result.InvalidArgument, "rank %d out of range [0, %d)", rank, n)
+	}
+	key, err := id.key()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := rt.GetDevice()
+	if err != nil {
+		return nil, result.Errorf(result.UnhandledCudaError, "current device: %w", err)
+	}
+	c := newComm(rt, rank, n, dev, cfg)
+	w, err := join(key, n, rank, c)
+	if err != nil {
+		return nil, err
+	}
+	c.w = w
+	c.boot = &localBoot{w: w, rank: rank}
+	if g := currentGroup(); g != nil {
+		g.addInit(c)
+		return c, nil
+	}
+	if err := c.runInit(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// InitAll creates all n ranks of a communicator in this process, rank i on
+// devs[i] (nil: devices 0..n-1). A device may appear several times.
+func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
+	if n < 1 {
+		return nil, result.Errorf(result.InvalidArgument, "ndev %d < 1", n)
+	}
+	if devs != nil && len(devs) != n {
+		return nil, result.Errorf(result.InvalidArgument, "devlist has %d entries, want %d", len(devs), n)
+	}
+	count, err := rt.DeviceCount()
+	if err != nil {
+		return nil, result.Errorf(result.UnhandledCudaError, "device count: %w", err)
+	}
+	var kb [8]byte
+	if _, err := rand.Read(kb[:]); err != nil {
+		return nil, result.Errorf(result.SystemError, "random key: %w", err)
+	}
+	w := newWorld(binary.LittleEndian.Uint64(kb[:]), n)
+	comms := make([]*Comm, n)
+	for r := range comms {
+		dev := r
+		if devs != nil {
+			dev = devs[r]
+		}
+		if dev < 0 || dev >= count {
+			return nil, result.Errorf(result.InvalidArgument, "devlist[%d] = %d: the backend has devices 0..%d", r, dev, count-1)
+		}
+		c := newComm(rt, r, n, dev, cfg)
+		c.w = w
+		c.boot = &localBoot{w: w, rank: r}
+		w.comms[r] = c
+		comms[r] = c
+	}
+	w.joined = n
+	errs := onThreads(comms, func(c *Comm) error { return c.runInit() })
+	if err := firstError(errs); err != nil {
+		for _, c := range comms {
+			c.Destroy()
+		}
+		return nil, err
+	}
+	return comms, nil
+}
+
+// onThreads runs f for every comm concurrently, each on its own locked OS
+// thread with the comm's device current, and returns the errors by index.
+func onThreads(comms []*Comm, f func(*Comm) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if err := c.rt.SetDevice(c.dev); err != nil {
+				errs[i] = result.Errorf(result.UnhandledCudaError, "rank %d: set device %d: %w", c.rank, c.dev, err)
+				return
+			}
+			errs[i] = f(c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func firstError(errs []error) error {
+	var first error
+	n := 0
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if first == nil {
+			first = e
+		} else {
+			log.Warnf("also failed: %v", e)
+		}
+		n++
+	}
+	return first
+}
+
+// runInit is the collective part of creation: peers' devices, then the
+// engine. On failure it aborts the bootstrap, so the other ranks fail
+// promptly instead of waiting, and releases what it built.
+func (c *Comm) runInit() error {
+	defer close(c.ready)
+	err := c.initCollective()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.initErr = err
+		if c.state() == stInit {
+			c.st.Store(int32(stFailed))
+		}
+		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d failed to initialise: %w", c.rank, err))
+		c.releaseLocked(false)
+		return err
+	}
+	if c.state() != stInit { // aborted while initialising
+		return result.Errorf(result.InvalidUsage, "communicator aborted during initialisation")
+	}
+	c.st.Store(int32(stReady))
+	log.Infof("comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
+	return nil
+}
+
+func (c *Comm) initCollective() error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(c.dev))
+	if _, err := c.boot.AllGather(b[:]); err != nil {
+		return err
+	}
+	eng, err := newEngine(c, ce.ConfigFromEnv())
+	if err != nil {
+		return result.Errorf(result.Of(err), "rank %d: copy-engine init: %w", c.rank, err)
+	}
+	c.engMu.Lock()
+	c.eng = eng
+	c.engMu.Unlock()
+	return nil
+}
+
+// onDevice runs f with the comm's device current on the calling thread,
+// then restores the caller's device (NCCL programs do not expect a call to
+// change it).
+func (c *Comm) onDevice(f func() error) error {
+	cur, err := c.rt.GetDevice()
+	if err != nil {
+		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
+	}
+	if cur != c.dev {
+		if err := c.rt.SetDevice(c.dev); err != nil {
+			return result.Errorf(result.UnhandledCudaError, "set device %d: %w", c.dev, err)
+		}
+		defer c.rt.SetDevice(cur)
+	}
+	return f()
+}
+
+// finalizeEngineLocked releases the CE state; c.engMu held. With wait, the
+// device's queued work finishes first: streams may still wait on the sync
+// flags the engine is about to free (a program may even have destroyed
+// its streams already). Abort does not wait.
+func (c *Comm) finalizeEngineLocked(wait bool) error {
+	if c.eng == nil {
+		return nil
+	}
+	eng := c.eng
+	c.eng = nil
+	return c.onDevice(func() error {
+		if wait {
+			if err := c.rt.DeviceSynchronize(); err != nil {
+				log.Warnf("rank %d: finalize: device synchronize: %v", c.rank, err)
+			}
+		}
+		return eng.Finalize()
+	})
+}
+
+// releaseLocked frees everything local: engine, windows, the world's slot.
+// c.mu held. Idempotent.
+func (c *Comm) releaseLocked(wait bool) {
+	c.engMu.Lock()
+	if err := c.finalizeEngineLocked(wait); err != nil {
+		log.Warnf("rank %d: engine finalize: %v", c.rank, err)
+	}
+	c.engMu.Unlock()
+	c.winMu.Lock()
+	for _, w := range c.wins {
+		w.live.Store(false)
+	}
+	c.wins = nil
+	c.regs = make(map[uintptr][2]uintptr)
+	c.winMu.Unlock()
+}
+
+// Finalize is ncclCommFinalize: local, idempotent. It releases the CE state
+// (the engine completes or abandons its own work); collectives afterwards
+// are ncclInvalidUsage.
+func (c *Comm) Finalize() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state() {
+	case stInit:
+		return result.Errorf(result.InvalidUsage, "ncclCommFinalize: communicator is still being created (its ncclGroupEnd has not run)")
+	case stReady:
+		c.st.Store(int32(stFinalized))
+		c.engMu.Lock()
+		err := c.finalizeEngineLocked(true)
+		c.engMu.Unlock()
+		if err != nil {
+			return result.Errorf(result.Of(err), "ncclCommFinalize: %w", err)
+		}
+	}
+	return nil
+}
+
+// Destroy is ncclCommDestroy: local, never waits for peers, frees
+// everything (finalizing first if needed). Idempotent here; export's handle
+// registry turns a second call into ncclInvalidArgument.
+func (c *Comm) Destroy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state() {
+	case stDestroyed:
+		return nil
+	case stInit:
+		select {
+		case <-c.ready:
+		default:
+			return result.Errorf(result.InvalidUsage, "ncclCommDestroy: communicator is still being created (its ncclGroupEnd has not run)")
+		}
+	}
+	c.releaseLocked(true)
+	c.detach()
+	c.st.Store(int32(stDestroyed))
+	return nil
+}
+
+// Abort is ncclCommAbort: it fails the peers' pending bootstrap waits,
+// has the engine release this rank's queued flag waits (when it can) so
+// its streams drain, then frees everything like Destroy. It never waits
+// for peers: when the device does not drain in time, the CE state is left
+// allocated (leaked) rather than freed under a stream that may still
+// touch it.
+func (c *Comm) Abort() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state() == stDestroyed {
+		return nil
+	}
+	if c.boot != nil {
+		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank))
+	}
+	c.st.Store(int32(stAborted))
+	c.engMu.Lock()
+	if c.eng != nil {
+		if a, ok := c.eng.(aborter); ok {
+			if err := c.onDevice(a.Abort); err != nil {
+				log.Warnf("rank %d: abort: engine: %v", c.rank, err)
+			}
+		}
+		if !c.drained(drainTimeout()) {
+			log.Warnf("rank %d: abort: device %d did not drain; leaving the copy-engine state allocated", c.rank, c.dev)
+			c.eng = nil
+		}
+	}
+	c.engMu.Unlock()
+	c.releaseLocked(false)
+	c.detach()
+	return nil
+}
+
+func (c *Comm) detach() {
+	if c.w == nil {
+		return
+	}
+	c.w.mu.Lock()
+	if c.w.comms[c.rank] == c {
+		c.w.comms[c.rank] = nil
+	}
+	c.w.mu.Unlock()
+}
+
+// AsyncError is ncclCommGetAsyncError: nil normally, the init error of a
+// communicator whose deferred creation failed.
+func (c *Comm) AsyncError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state() == stFailed {
+		return c.initErr
+	}
+	return nil
+}
+
+// usable returns nil when collectives may be issued on c.
+func (c *Comm) usable(what string) error {
+	switch c.state() {
+	case stReady:
+		return nil
+	case stInit:
+		return result.Errorf(result.InvalidUsage, "%s: communicator is still being created (its ncclGroupEnd has not run)", what)
+	case stFailed:
+		return result.Errorf(result.InvalidUsage, "%s: communicator creation failed: %w", what, c.initErr)
+	case stFinalized:
+		return result.Errorf(result.InvalidUsage, "%s: communicator was finalized", what)
+	case stAborted:
+		return result.Errorf(result.InvalidUsage, "%s: communicator was aborted", what)
+	default:
+		return result.Errorf(result.InvalidArgument, "%s: communicator was destroyed", what)
+	}
+}
+
+// CeInit is ncclCeInit: a no-op while the CE state exists (made at
+// creation); after CeFinalize it sets it up again, collectively (inside a
+// group: at ncclGroupEnd).
+func (c *Comm) CeInit() error {
+	if st := c.state(); st != stReady && st != stInit {
+		return c.usable("ncclCeInit")
+	}
+	if g := currentGroup(); g != nil {
+		g.addCeInit(c)
+		return nil
+	}
+	if err := c.usable("ncclCeInit"); err != nil {
+		return err
+	}
+	return c.ceInitNow()
+}
+
+func (c *Comm) ceInitNow() error {
+	if err := c.usable("ncclCeInit"); err != nil {
+		return err
+	}
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	if c.eng != nil {
+		return nil
+	}
+	return c.onDevice(func() error {
+		eng, err := newEngine(c, ce.ConfigFromEnv())
+		if err != nil {
+			return result.Errorf(result.Of(err), "ncclCeInit: %w", err)
+		}
+		c.eng = eng
+		return nil
+	})
+}
+
+// CeFinalize is ncclCeFinalize: local and idempotent.
+func (c *Comm) CeFinalize() error {
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	return c.finalizeEngineLocked(true)
+}

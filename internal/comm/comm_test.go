@@ -1,0 +1,370 @@
+package comm
+
+import (
+	"encoding/binary"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
+
+func requireCode(t *testing.T, want result.Code, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, want, result.Of(err), "error: %v", err)
+}
+
+func TestInitAllRepeatedDevices(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := newRT(t, 2)
+	for _, tc := range []struct {
+		name string
+		devs []int
+		want []int
+	}{
+		{"nil devlist", nil, []int{0, 1}},
+		{"repeated", []int{0, 0, 1, 1}, []int{0, 0, 1, 1}},
+		{"all on one", []int{1, 1, 1}, []int{1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms, err := InitAll(rt, len(tc.want), tc.devs, DefaultConfig())
+			require.NoError(t, err)
+			for r, c := range comms {
+				require.Equal(t, r, c.Rank())
+				require.Equal(t, len(tc.want), c.Size())
+				require.Equal(t, tc.want[r], c.Device())
+				require.NoError(t, c.AsyncError())
+			}
+			destroyAll(t, comms)
+		})
+	}
+	_, err := InitAll(rt, 2, []int{0, 2}, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+	_, err = InitAll(rt, 0, nil, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+}
+
+func TestInitRankThreads(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := newRT(t, 2)
+	comms, errs := initThreads(t, rt, []int{0, 1, 0, 1})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		require.Equal(t, r%2, comms[r].Device())
+		require.Equal(t, r, comms[r].Rank())
+	}
+	destroyAll(t, comms)
+}
+
+func TestInitRankGroupOneThread(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt := newRT(t, 4)
+	id, err := NewID()
+	require.NoError(t, err)
+	const n = 4
+	require.NoError(t, GroupStart())
+	require.NoError(t, GroupStart()) // nested groups count
+	comms := make([]*Comm, n)
+	for r := range n {
+		require.NoError(t, rt.SetDevice(r))
+		comms[r], err = InitRank(rt, id, n, r, DefaultConfig())
+		require.NoError(t, err)
+		requireCode(t, result.InvalidUsage, comms[r].usable("probe"))
+	}
+	require.NoError(t, GroupEnd())
+	requireCode(t, result.InvalidUsage, comms[0].usable("probe")) // still inside the outer group
+	require.NoError(t, GroupEnd())
+	for r, c := range comms {
+		require.NoError(t, c.usable("probe"))
+		require.Equal(t, r, c.Device())
+	}
+	requireCode(t, result.InvalidUsage, GroupEnd())
+	destroyAll(t, comms)
+}
+
+func TestInitRankErrors(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := newRT(t, 2)
+	id, err := NewID()
+	require.NoError(t, err)
+	var bad ID
+	_, err = InitRank(rt, bad, 2, 0, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+	_, err = InitRank(rt, id, 2, 2, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+	_, err = InitRank(rt, id, 0, 0, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+
+	// Inside a group the join is checked at once: duplicate rank, nranks mismatch.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.NoError(t, GroupStart())
+	c0, err := InitRank(rt, id, 2, 0, DefaultConfig())
+	require.NoError(t, err)
+	_, err = InitRank(rt, id, 2, 0, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+	_, err = InitRank(rt, id, 3, 1, DefaultConfig())
+	requireCode(t, result.InvalidArgument, err)
+	c1, err := InitRank(rt, id, 2, 1, DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, GroupEnd())
+	destroyAll(t, []*Comm{c0, c1})
+}
+
+func TestMissingRankTimesOut(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	t.Setenv("CECOLL_BOOTSTRAP_TIMEOUT", "0.2")
+	rt := newRT(t, 2)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	id, err := NewID()
+	require.NoError(t, err)
+	require.NoError(t, GroupStart())
+	c, err := InitRank(rt, id, 2, 0, DefaultConfig()) // rank 1 never comes
+	require.NoError(t, err)
+	err = GroupEnd()
+	requireCode(t, result.RemoteError, err)
+	requireCode(t, result.RemoteError, c.AsyncError())
+	require.NoError(t, c.Finalize()) // nothing to finalize
+	require.NoError(t, c.Destroy())
+}
+
+func TestFinalizeDestroyAbort(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 3, []int{0, 1, 1}, DefaultConfig())
+	require.NoError(t, err)
+	buf, err := rt.MemAlloc(4096)
+	require.NoError(t, err)
+	defer rt.MemFree(buf)
+	coll := func(c *Comm) error {
+		return c.Collective(ce.FuncAllGather, buf, buf, 1, 0, 0, 0)
+	}
+
+	// Finalize twice, then destroy (twice: idempotent here).
+	require.NoError(t, comms[0].Finalize())
+	require.NoError(t, comms[0].Finalize())
+	requireCode(t, result.InvalidUsage, coll(comms[0]))
+	require.NoError(t, comms[0].Destroy())
+	require.NoError(t, comms[0].Destroy())
+
+	// Abort, then destroy works; collectives are refused.
+	require.NoError(t, comms[1].Abort())
+	requireCode(t, result.InvalidUsage, coll(comms[1]))
+	require.NoError(t, comms[1].Destroy())
+
+	// Destroy without finalize finalizes; no internal window survives.
+	require.NoError(t, comms[2].Destroy())
+	require.Empty(t, comms[2].wins)
+}
+
+func TestConfigFromC(t *testing.T) {
+	mk := func(size uintptr, magic uint32, blocking int32, policy int32) []byte {
+		b := make([]byte, 128)
+		binary.LittleEndian.PutUint64(b[0:], uint64(size))
+		binary.LittleEndian.PutUint32(b[8:], magic)
+		binary.LittleEndian.PutUint32(b[12:], 22809)
+		binary.LittleEndian.PutUint32(b[16:], uint32(blocking))
+		for off := 20; off < 80; off += 4 {
+			binary.LittleEndian.PutUint32(b[off:], uint32(undefInt&0xffffffff))
+		}
+		for _, off := range []int{32, 48} { // pointers: NULL
+			binary.LittleEndian.PutUint64(b[off:], 0)
+		}
+		binary.LittleEndian.PutUint32(b[60:], uint32(policy))
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		buf  []byte
+		code result.Code
+		want Config
+	}{
+		{"2.28 size", mk(80, ConfigMagic, 0, 1), result.Success, Config{Blocking: false, CTAPolicy: 1}},
+		{"newer header", mk(96, ConfigMagic, 1, 2), result.Success, Config{Blocking: true, CTAPolicy: 2}},
+		{"older header without CTAPolicy", mk(56, ConfigMagic, 0, 1), result.Success, Config{Blocking: false}},
+		{"only size/magic/version", mk(16, ConfigMagic, 0, 1), result.Success, Config{Blocking: true}},
+		{"undefined blocking", mk(80, ConfigMagic, undefInt, undefInt), result.Success, Config{Blocking: true}},
+		{"bad magic", mk(80, 0x12345678, 1, 0), result.InvalidArgument, Config{}},
+		{"too small", mk(8, ConfigMagic, 1, 0), result.InvalidArgument, Config{}},
+		{"bad blocking", mk(80, ConfigMagic, 7, 0), result.InvalidArgument, Config{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ConfigFromC(unsafe.Pointer(&tc.buf[0]))
+			require.Equal(t, tc.code, result.Of(err), "%v", err)
+			if tc.code == result.Success {
+				require.Equal(t, tc.want, cfg)
+			}
+		})
+	}
+	cfg, err := ConfigFromC(nil)
+	require.NoError(t, err)
+	require.Equal(t, DefaultConfig(), cfg)
+
+	name := []byte("mycomm\x00")
+	b := mk(80, ConfigMagic, 1, 0)
+	binary.LittleEndian.PutUint64(b[48:], uint64(uintptr(unsafe.Pointer(&name[0]))))
+	cfg, err = ConfigFromC(unsafe.Pointer(&b[0]))
+	require.NoError(t, err)
+	require.Equal(t, "mycomm", cfg.CommName)
+	runtime.KeepAlive(name)
+}
+
+func TestCollectiveValidation(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 2, nil, DefaultConfig())
+	require.NoError(t, err)
+	defer destroyAll(t, comms)
+	c := comms[1]
+	const p = hip.DevicePtr(0x10000)
+	for _, tc := range []struct {
+		name string
+		fn   ce.Func
+		send hip.DevicePtr
+		recv hip.DevicePtr
+		cnt  uintptr
+		dt   int32
+		root int
+		code result.Code
+	}{
+		{"unknown datatype", ce.FuncAllGather, p, p, 1, 12, 0, result.InvalidArgument},
+		{"negative datatype", ce.FuncAllGather, p, p, 1, -1, 0, result.InvalidArgument},
+		{"root too big", ce.FuncScatter, p, p, 1, 0, 2, result.InvalidArgument},
+		{"root negative", ce.FuncGather, p, p, 1, 0, -1, result.InvalidArgument},
+		{"overflow", ce.FuncAllGather, p, p, ^uintptr(0) / 4, 4, 0, result.InvalidArgument},
+		{"null send", ce.FuncAllGather, 0, p, 1, 0, 0, result.InvalidArgument},
+		{"null recv", ce.FuncAlltoAll, p, 0, 1, 0, 0, result.InvalidArgument},
+		{"scatter non-root null recv", ce.FuncScatter, 0, 0, 1, 0, 0, result.InvalidArgument},
+		{"scatter non-root null send ok", ce.FuncScatter, 0, p, 1, 0, 0, result.Success},
+		{"gather non-root null recv ok", ce.FuncGather, p, 0, 1, 0, 0, result.Success},
+		{"gather root null recv", ce.FuncGather, p, 0, 1, 0, 1, result.InvalidArgument},
+		{"reduction", ce.FuncAllReduce, p, p, 1, 0, 0, result.InvalidUsage},
+		{"broadcast", ce.FuncBroadcast, p, p, 1, 0, 0, result.InvalidUsage},
+		{"unknown func", ce.Func(42), p, p, 1, 0, 0, result.InvalidArgument},
+		{"zero count is a no-op", ce.FuncAllGather, 0, 0, 0, 0, 0, result.Success},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Collective(tc.fn, tc.send, tc.recv, tc.cnt, tc.dt, tc.root, 0)
+			require.Equal(t, tc.code, result.Of(err), "%v", err)
+		})
+	}
+	a := ce.Args{Func: ce.FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
+	requireCode(t, result.InvalidArgument, c.Launch(&a, nil, nil))
+}
+
+// The eager launch path allocates nothing.
+func TestLaunchAllocs(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
+	defer func() { newEngine = old }()
+	rt := newRT(t, 1)
+	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	defer destroyAll(t, comms)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := comms[0].Collective(ce.FuncAlltoAll, 0x1000, 0x2000, 4, 7, 0, 0x1234); err != nil {
+			panic(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+type nopEngine struct{}
+
+func (nopEngine) Launch(*ce.Args) error { return nil }
+func (nopEngine) Finalize() error       { return nil }
+
+// abortEngine records that comm asked it to release its waits.
+type abortEngine struct {
+	nopEngine
+	aborted *int
+}
+
+func (e abortEngine) Abort() error { *e.aborted++; return nil }
+
+func TestAbortCallsEngine(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	aborted := 0
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return abortEngine{aborted: &aborted}, nil }
+	defer func() { newEngine = old }()
+	rt := newRT(t, 1)
+	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	for _, c := range comms {
+		require.NoError(t, c.Abort())
+		require.NoError(t, c.Abort())
+		require.NoError(t, c.Destroy())
+	}
+	require.Equal(t, 2, aborted)
+}
+
+// Abort with a collective in flight whose peer never issues its part: the
+// stream must drain. The engine must release its waits (ce.Engine.Abort).
+func TestAbortInFlight(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	if _, ok := any((*ce.Engine)(nil)).(aborter); !ok {
+		t.Skip("ce.Engine has no Abort method yet: an aborted collective's stream stays blocked")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 2, nil, DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, rt.SetDevice(0))
+	s, err := rt.StreamCreate()
+	require.NoError(t, err)
+	buf, err := MemAlloc(rt, 8192)
+	require.NoError(t, err)
+	require.NoError(t, comms[0].Collective(ce.FuncAllGather, buf, buf, 64, 0, 0, s))
+	for _, c := range comms {
+		require.NoError(t, c.Abort())
+	}
+	require.NoError(t, rt.SetDevice(0))
+	done := make(chan error, 1)
+	go func() { done <- rt.StreamSynchronize(s) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream of an aborted collective did not drain")
+	}
+	require.NoError(t, rt.StreamDestroy(s))
+	require.NoError(t, MemFree(rt, buf))
+}
+
+func TestGroupSimulateEnd(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt := newRT(t, 1)
+	requireCode(t, result.InvalidUsage, GroupSimulateEnd())
+	id, err := NewID()
+	require.NoError(t, err)
+	require.NoError(t, GroupStart())
+	c, err := InitRank(rt, id, 2, 0, DefaultConfig())
+	require.NoError(t, err)
+	requireCode(t, result.InvalidUsage, GroupSimulateEnd())
+	require.Nil(t, currentGroup(), "the group is closed")
+	requireCode(t, result.InvalidUsage, c.AsyncError())
+	require.NoError(t, c.Destroy())
+}

@@ -1,0 +1,18 @@
+// Package comm owns cecoll's communicators inside one process: creating them
+// (ncclCommInitAll, ncclCommInitRank from several threads or from one thread
+// inside a group), their bootstrap (behind the small Bootstrap interface:
+// allgather of bytes and barrier), ncclGroupStart/End semantics (which work is
+// deferred and when it runs), symmetric windows (registration, overlap and
+// alignment checks, peer bases, lookup), finalize/destroy/abort and the
+// asynchronous error state.
+//
+// It implements ce.Comm and ce.Window for the engine and decides when the
+// engine runs; it never moves data itself. export/ calls it, one function per
+// C entry point, and maps its errors with result.Of.
+//
+// Threads: a communicator binds to the calling thread's current device at
+// creation. Group state is per OS thread (C threads call in through export,
+// where the goroutine is locked to the calling thread; Go callers lock their
+// OS thread first). Goroutines started here lock their OS thread and set the
+// communicator's device before any runtime call.
+package comm

@@ -1,0 +1,232 @@
+package comm
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
+
+// group is one OS thread's open ncclGroupStart/End: the deferred work.
+type group struct {
+	depth   int
+	inits   []*Comm
+	ceInits []*Comm
+	regs    []*Window
+	colls   []pendingColl
+}
+
+type pendingColl struct {
+	c   *Comm
+	seq uint64
+	a   ce.Args
+}
+
+var groups = struct {
+	sync.Mutex
+	m map[int]*group // by OS thread id
+}{m: make(map[int]*group)}
+
+// openGroups counts threads inside a group, so that the common case (no
+// group anywhere) skips the lookup on the launch path.
+var openGroups atomic.Int32
+
+// currentGroup is the calling thread's open group, or nil.
+func currentGroup() *group {
+	if openGroups.Load() == 0 {
+		return nil
+	}
+	tid := syscall.Gettid()
+	groups.Lock()
+	defer groups.Unlock()
+	return groups.m[tid]
+}
+
+func (g *group) addInit(c *Comm)   { g.inits = append(g.inits, c) }
+func (g *group) addReg(w *Window)  { g.regs = append(g.regs, w) }
+func (g *group) addCeInit(c *Comm) { g.ceInits = append(g.ceInits, c) }
+
+// GroupStart is ncclGroupStart for the calling OS thread; groups nest.
+func GroupStart() error {
+	tid := syscall.Gettid()
+	groups.Lock()
+	defer groups.Unlock()
+	g := groups.m[tid]
+	if g == nil {
+		g = &group{}
+		groups.m[tid] = g
+		openGroups.Add(1)
+	}
+	g.depth++
+	return nil
+}
+
+// GroupEnd is ncclGroupEnd: the outermost one runs the deferred work and
+// returns its first error.
+func GroupEnd() error {
+	tid := syscall.Gettid()
+	groups.Lock()
+	g := groups.m[tid]
+	if g == nil {
+		groups.Unlock()
+		return result.Errorf(result.InvalidUsage, "ncclGroupEnd without ncclGroupStart on this thread")
+	}
+	g.depth--
+	if g.depth > 0 {
+		groups.Unlock()
+		return nil
+	}
+	delete(groups.m, tid)
+	openGroups.Add(-1)
+	groups.Unlock()
+	return g.run()
+}
+
+// run executes a finished group: creations, ncclCeInit and registrations
+// first, all communicators concurrently (they are collective, and one
+// thread may hold every rank), each comm's own in that order; then the
+// collectives in issue order.
+func (g *group) run() error {
+	var order []*Comm
+	jobs := make(map[*Comm]*[]*Window)
+	initing := make(map[*Comm]bool)
+	ceIniting := make(map[*Comm]bool)
+	add := func(c *Comm) *[]*Window {
+		if j, ok := jobs[c]; ok {
+			return j
+		}
+		j := new([]*Window)
+		jobs[c] = j
+		order = append(order, c)
+		return j
+	}
+	for _, c := range g.inits {
+		add(c)
+		initing[c] = true
+	}
+	for _, c := range g.ceInits {
+		add(c)
+		ceIniting[c] = true
+	}
+	for _, w := range g.regs {
+		j := add(w.c)
+		*j = append(*j, w)
+	}
+	var errs []error
+	if len(order) > 0 {
+		errs = onThreads(order, func(c *Comm) error {
+			if initing[c] {
+				if err := c.runInit(); err != nil {
+					return err
+				}
+			}
+			if ceIniting[c] {
+				if err := c.ceInitNow(); err != nil {
+					return err
+				}
+			}
+			for _, w := range *jobs[c] {
+				if err := c.usable("ncclCommWindowRegister"); err != nil {
+					return err
+				}
+				if err := c.register(w); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if len(g.colls) > 0 {
+		errs = append(errs, g.launch()...)
+	}
+	return firstError(errs)
+}
+
+// launch issues the deferred collectives in order. A collective whose
+// every rank was issued in this group gets every rank's buffers
+// (Args.PeerSend/PeerRecv): each rank sees the same complete set, so all
+// ranks of that call take the same path.
+func (g *group) launch() []error {
+	type key struct {
+		w   *world
+		seq uint64
+	}
+	sets := make(map[key][]int)
+	for i, pc := range g.colls {
+		k := key{pc.c.w, pc.seq}
+		sets[k] = append(sets[k], i)
+	}
+	var errs []error
+	bad := make(map[key]bool)
+	for k, idx := range sets {
+		if len(idx) != k.w.n {
+			continue
+		}
+		send := make([]hip.DevicePtr, k.w.n)
+		recv := make([]hip.DevicePtr, k.w.n)
+		a0 := &g.colls[idx[0]].a
+		for _, i := range idx {
+			a := &g.colls[i].a
+			if a.Func != a0.Func || a.Count != a0.Count || a.Datatype != a0.Datatype || a.Root != a0.Root {
+				errs = append(errs, result.Errorf(result.InvalidUsage,
+					"ranks of one grouped collective disagree: rank %d issued func %d count %d datatype %d root %d, rank %d func %d count %d datatype %d root %d",
+					g.colls[idx[0]].c.rank, a0.Func, a0.Count, a0.Datatype, a0.Root, g.colls[i].c.rank, a.Func, a.Count, a.Datatype, a.Root))
+				bad[k] = true
+				break
+			}
+			r := g.colls[i].c.rank
+			send[r], recv[r] = a.Send, a.Recv
+		}
+		if bad[k] {
+			continue
+		}
+		for _, i := range idx {
+			g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
+		}
+	}
+	for i := range g.colls {
+		pc := &g.colls[i]
+		if bad[key{pc.c.w, pc.seq}] {
+			continue
+		}
+		if err := pc.c.launchNow(&pc.a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// GroupSimulateEnd is ncclGroupSimulateEnd: cecoll has no performance
+// model, so it refuses (InvalidUsage), but it still closes the group level
+// so the thread's later calls are not deferred forever. The outermost level
+// drops the deferred work; communicators it would have created fail.
+func GroupSimulateEnd() error {
+	refused := result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd: cecoll has no performance model to simulate a group with; the group's deferred work was dropped")
+	tid := syscall.Gettid()
+	groups.Lock()
+	g := groups.m[tid]
+	if g == nil {
+		groups.Unlock()
+		return result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd without ncclGroupStart on this thread")
+	}
+	g.depth--
+	if g.depth > 0 {
+		groups.Unlock()
+		return refused
+	}
+	delete(groups.m, tid)
+	openGroups.Add(-1)
+	groups.Unlock()
+	for _, c := range g.inits {
+		c.mu.Lock()
+		c.initErr = refused
+		c.st.Store(int32(stFailed))
+		c.boot.Abort(refused)
+		c.mu.Unlock()
+		close(c.ready)
+	}
+	return refused
+}

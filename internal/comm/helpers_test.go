@@ -1,0 +1,168 @@
+package comm
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/hip/host"
+)
+
+// watchdog fails the whole test binary, with every goroutine's stack, when
+// a test runs past d: a wait bug then reads as a failure, not a stuck CI.
+func watchdog(t *testing.T, d time.Duration) {
+	t.Helper()
+	name := t.Name()
+	timer := time.AfterFunc(d, func() {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %v\n%s\n", name, d, buf[:n])
+		panic("watchdog: " + name + " hung")
+	})
+	t.Cleanup(func() { timer.Stop() })
+}
+
+// newRT is a host runtime with the given device count; CECOLL_HOST_CHAOS
+// and CECOLL_HOST_CAPS apply, so the chaos runs of the Makefile reach here.
+func newRT(t *testing.T, devices int) *host.Runtime {
+	t.Helper()
+	cfg, err := host.ConfigFromEnv()
+	require.NoError(t, err)
+	cfg.Devices = devices
+	rt, err := host.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(rt.Close)
+	return rt
+}
+
+// fakeEngine stands in for the CE engine so this package's logic (windows,
+// groups, peer buffers) is tested on its own. Like the real engine it
+// registers an internal window and barriers at init. Its AllGather copies
+// synchronously on the host: through PeerRecv when given, else through the
+// recv buffer's window, else it refuses.
+type fakeEngine struct {
+	c     ce.Comm
+	buf   hip.DevicePtr
+	win   ce.Window
+	mu    sync.Mutex
+	calls []ce.Args
+	peer  int // launches that had PeerRecv
+}
+
+func newFakeEngine(c ce.Comm, _ ce.Config) (engine, error) {
+	rt := c.Runtime()
+	if err := rt.SetDevice(c.Device()); err != nil {
+		return nil, err
+	}
+	p, err := rt.MemAlloc(4096)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.RegisterWindow(p, 4096)
+	if err != nil {
+		rt.MemFree(p)
+		return nil, err
+	}
+	if err := c.Barrier(); err != nil {
+		return nil, err
+	}
+	return &fakeEngine{c: c, buf: p, win: w}, nil
+}
+
+func (e *fakeEngine) Launch(a *ce.Args) error {
+	e.mu.Lock()
+	e.calls = append(e.calls, *a)
+	if a.PeerRecv != nil {
+		e.peer++
+	}
+	e.mu.Unlock()
+	if a.Func != ce.FuncAllGather {
+		return nil
+	}
+	n, me := e.c.Size(), e.c.Rank()
+	chunk := a.Count * a.EltSize
+	for r := 0; r < n; r++ {
+		var dst hip.DevicePtr
+		switch {
+		case a.PeerRecv != nil:
+			dst = a.PeerRecv[r]
+		default:
+			w, ok := e.c.FindWindow(a.Recv, chunk*uintptr(n))
+			if !ok {
+				return fmt.Errorf("fake engine: recv buffer in no window")
+			}
+			dst = w.PeerBase(r) + (a.Recv - w.Base())
+		}
+		if err := e.c.Runtime().Memcpy(uintptr(dst)+uintptr(me)*chunk, uintptr(a.Send), chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *fakeEngine) Finalize() error {
+	if e.win == nil {
+		return nil
+	}
+	err := e.c.DeregisterWindow(e.win)
+	e.win = nil
+	if ferr := e.c.Runtime().MemFree(e.buf); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func (e *fakeEngine) launches() (all, withPeers int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.calls), e.peer
+}
+
+// useFakeEngine swaps the engine for the fake for one test.
+func useFakeEngine(t *testing.T) {
+	old := newEngine
+	newEngine = newFakeEngine
+	t.Cleanup(func() { newEngine = old })
+}
+
+func destroyAll(t *testing.T, comms []*Comm) {
+	t.Helper()
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
+	}
+}
+
+// initThreads creates an n-rank communicator with one locked goroutine per
+// rank calling InitRank, rank r on devs[r].
+func initThreads(t *testing.T, rt hip.Runtime, devs []int) ([]*Comm, []error) {
+	id, err := NewID()
+	require.NoError(t, err)
+	n := len(devs)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if errs[r] = rt.SetDevice(devs[r]); errs[r] != nil {
+				return
+			}
+			comms[r], errs[r] = InitRank(rt, id, n, r, DefaultConfig())
+		}()
+	}
+	wg.Wait()
+	return comms, errs
+}
+
+func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }

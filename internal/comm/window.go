@@ -1,0 +1,262 @@
+package comm
+
+import (
+	"encoding/binary"
+	"sort"
+	"sync/atomic"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
+
+// WindowAlign is NCCL_WIN_REQUIRED_ALIGNMENT.
+const WindowAlign = 4096
+
+// Window is a symmetric window: one buffer per rank. It implements
+// ce.Window. Peers' bases are this process's addresses of their buffers (in
+// one process every rank's memory is mapped for every device).
+type Window struct {
+	c        *Comm
+	base     hip.DevicePtr
+	size     uintptr
+	flags    int
+	internal bool // the engine's own (sync flags, staging)
+	peers    []hip.DevicePtr
+	live     atomic.Bool
+	dead     bool // deregistered (under c.winMu)
+}
+
+var _ ce.Window = (*Window)(nil)
+
+// Base implements ce.Window.
+func (w *Window) Base() hip.DevicePtr { return w.base }
+
+// Size implements ce.Window.
+func (w *Window) Size() uintptr { return w.size }
+
+// PeerBase implements ce.Window.
+func (w *Window) PeerBase(peer int) hip.DevicePtr { return w.peers[peer] }
+
+// Flags are the NCCL_WIN_* flags it was registered with.
+func (w *Window) Flags() int { return w.flags }
+
+// Comm is the communicator the window belongs to.
+func (w *Window) Comm() *Comm { return w.c }
+
+// Live reports whether the window is registered (after a deferred
+// registration: once its ncclGroupEnd succeeded).
+func (w *Window) Live() bool { return w.live.Load() }
+
+// RegisterWindow implements ce.Comm: a collective registration the engine
+// makes at init, never deferred.
+func (c *Comm) RegisterWindow(p hip.DevicePtr, size uintptr) (ce.Window, error) {
+	w := &Window{c: c, base: p, size: size, internal: true}
+	if err := c.register(w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// DeregisterWindow implements ce.Comm.
+func (c *Comm) DeregisterWindow(cw ce.Window) error {
+	w, ok := cw.(*Window)
+	if !ok || w == nil {
+		return result.Errorf(result.InvalidArgument, "window deregister: not a window of this communicator")
+	}
+	return c.deregister(w)
+}
+
+// WindowRegister is ncclCommWindowRegister: collective. Inside a group the
+// window is returned at once and registered at ncclGroupEnd.
+func (c *Comm) WindowRegister(p hip.DevicePtr, size uintptr, flags int) (*Window, error) {
+	if st := c.state(); st != stReady && st != stInit {
+		return nil, c.usable("ncclCommWindowRegister")
+	}
+	w := &Window{c: c, base: p, size: size, flags: flags}
+	if g := currentGroup(); g != nil {
+		g.addReg(w)
+		return w, nil
+	}
+	if err := c.usable("ncclCommWindowRegister"); err != nil {
+		return nil, err
+	}
+	if err := c.onDevice(func() error { return c.register(w) }); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// WindowDeregister is ncclCommWindowDeregister: local.
+func (c *Comm) WindowDeregister(w *Window) error {
+	if w == nil || w.c != c || w.internal {
+		return result.Errorf(result.InvalidArgument, "ncclCommWindowDeregister: not a window of this communicator")
+	}
+	return c.deregister(w)
+}
+
+// checkLocked validates [p, p+size) for registration; c.winMu held.
+func (c *Comm) checkLocked(p hip.DevicePtr, size uintptr) error {
+	if p == 0 {
+		return result.Errorf(result.InvalidArgument, "window register: NULL buffer")
+	}
+	if size == 0 {
+		return result.Errorf(result.InvalidArgument, "window register: size 0")
+	}
+	if uintptr(p)+size < uintptr(p) {
+		return result.Errorf(result.InvalidArgument, "window register: [%#x, +%d) wraps the address space", p, size)
+	}
+	base, asize, err := c.rt.MemGetAddressRange(p)
+	switch {
+	case err == nil:
+		if off := uintptr(p - base); off%WindowAlign != 0 {
+			return result.Errorf(result.InvalidArgument, "window register: buffer %#x is at offset %d of its allocation, not a multiple of %d", p, off, WindowAlign)
+		}
+		if uintptr(p)+size > uintptr(base)+asize {
+			return result.Errorf(result.InvalidArgument, "window register: [%#x, +%d) runs past its allocation [%#x, +%d)", p, size, base, asize)
+		}
+	case c.rt.Name() == "host":
+		// Plain host memory of this process: the address itself must align.
+		if uintptr(p)%WindowAlign != 0 {
+			return result.Errorf(result.InvalidArgument, "window register: buffer %#x is not %d-byte aligned", p, WindowAlign)
+		}
+	default:
+		return result.Errorf(result.InvalidArgument, "window register: %#x is not device memory of this runtime (%v); allocate it with ncclMemAlloc", p, err)
+	}
+	for _, o := range c.wins {
+		if uintptr(p) < uintptr(o.base)+o.size && uintptr(o.base) < uintptr(p)+size {
+			return result.Errorf(result.InvalidArgument, "window register: [%#x, +%d) overlaps the window [%#x, +%d) already registered on this communicator", p, size, o.base, o.size)
+		}
+	}
+	return nil
+}
+
+func (c *Comm) insertLocked(w *Window) {
+	i := sort.Search(len(c.wins), func(i int) bool { return c.wins[i].base > w.base })
+	c.wins = append(c.wins, nil)
+	copy(c.wins[i+1:], c.wins[i:])
+	c.wins[i] = w
+}
+
+func (c *Comm) removeLocked(w *Window) bool {
+	for i, o := range c.wins {
+		if o == w {
+			c.wins = append(c.wins[:i], c.wins[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// register runs the collective registration of w. Every rank takes part
+// in the exchange even when its own checks failed, and all ranks fail
+// together, so a refusal on one rank never leaves the others waiting.
+func (c *Comm) register(w *Window) error {
+	c.winMu.Lock()
+	localErr := c.checkLocked(w.base, w.size)
+	if localErr == nil {
+		c.insertLocked(w)
+	}
+	c.winMu.Unlock()
+
+	var msg [17]byte
+	binary.LittleEndian.PutUint64(msg[0:], uint64(w.base))
+	binary.LittleEndian.PutUint64(msg[8:], uint64(w.size))
+	if localErr == nil {
+		msg[16] = 1
+	}
+	all, err := c.boot.AllGather(msg[:])
+	refused := -1
+	if err == nil {
+		for r, m := range all {
+			if len(m) != len(msg) || m[16] == 0 {
+				refused = r
+				break
+			}
+		}
+	}
+	if err != nil || localErr != nil || refused >= 0 {
+		if localErr == nil {
+			c.winMu.Lock()
+			c.removeLocked(w)
+			c.winMu.Unlock()
+		}
+		switch {
+		case localErr != nil:
+			return localErr
+		case err != nil:
+			return err
+		default:
+			return result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused)
+		}
+	}
+	w.peers = make([]hip.DevicePtr, len(all))
+	for r, m := range all {
+		w.peers[r] = hip.DevicePtr(binary.LittleEndian.Uint64(m[0:]))
+	}
+	w.live.Store(true)
+	return nil
+}
+
+func (c *Comm) deregister(w *Window) error {
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	if w.dead || !w.live.Load() || !c.removeLocked(w) {
+		return result.Errorf(result.InvalidArgument, "window deregister: window [%#x, +%d) is not registered on this communicator", w.base, w.size)
+	}
+	w.dead = true
+	w.live.Store(false)
+	return nil
+}
+
+// FindWindow implements ce.Comm: the registered window holding [p, p+n).
+// It allocates nothing (the engine calls it on the launch path).
+func (c *Comm) FindWindow(p hip.DevicePtr, n uintptr) (ce.Window, bool) {
+	c.winMu.RLock()
+	defer c.winMu.RUnlock()
+	lo, hi := 0, len(c.wins)
+	for lo < hi { // first window with base > p
+		m := int(uint(lo+hi) >> 1)
+		if c.wins[m].base > p {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == 0 {
+		return nil, false
+	}
+	w := c.wins[lo-1]
+	if !w.live.Load() || uintptr(p)+n > uintptr(w.base)+w.size || uintptr(p)+n < uintptr(p) {
+		return nil, false
+	}
+	return w, true
+}
+
+// Register is ncclCommRegister: bookkeeping only (copy engines need no
+// registration); the handle is an opaque nonzero number.
+func (c *Comm) Register(p hip.DevicePtr, size uintptr) (uintptr, error) {
+	if err := c.usable("ncclCommRegister"); err != nil {
+		return 0, err
+	}
+	if p == 0 && size != 0 {
+		return 0, result.Errorf(result.InvalidArgument, "ncclCommRegister: NULL buffer")
+	}
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	c.nextReg++
+	h := c.nextReg
+	c.regs[h] = [2]uintptr{uintptr(p), size}
+	return h, nil
+}
+
+// Deregister is ncclCommDeregister.
+func (c *Comm) Deregister(h uintptr) error {
+	c.winMu.Lock()
+	defer c.winMu.Unlock()
+	if _, ok := c.regs[h]; !ok {
+		return result.Errorf(result.InvalidArgument, "ncclCommDeregister: unknown handle %#x", h)
+	}
+	delete(c.regs, h)
+	return nil
+}
