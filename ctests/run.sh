@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# run.sh: build and run cecoll's C tests.
+#
+#   bash ctests/run.sh                 everything (needs build/libcecoll.so: make)
+#   bash ctests/run.sh --compile-only  only check that every test compiles
+#   bash ctests/run.sh --fast          the default environment only
+#   CECOLL_LIB=/path/libcecoll.so bash ctests/run.sh   another build of the library
+#
+# Steps: the header check (test_header.sh); every test built with
+# gcc -Wall -Werror -Iinclude against build/libcecoll.so; then each test run
+# under a matrix of environments, each run under `timeout 120` so a hang
+# fails:
+#   default                  the caller's environment (a GPU where present), full options
+#   caps=<switch>            CECOLL_HOST_CAPS=nobatchcopy|noattrs|nopeerwrite|nomulticast|hipbatches
+#   chaos=<seed>             CECOLL_HOST_CHAOS=1,2,3: a fixed list; a failure
+#                            under any seed is a bug, not a flake
+#   lsan                     a reduced set built with -fsanitize=leak
+# (caps and chaos rows run on the host device: CECOLL_BACKEND=host.)
+# Then the exported-symbol check (test_symbols.sh) and the CMake package
+# check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
+# exits non-zero on any failure. Sized to take a few minutes on 2 cores.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+lib=${CECOLL_LIB:-$root/build/libcecoll.so} # CECOLL_LIB: test another build
+libdir=$(cd "$(dirname "$lib")" 2>/dev/null && pwd)
+out="$root/build/ctests"
+CC=${CC:-gcc}
+TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
+tests="api errors allgather alltoall scatter gather"
+mode=all
+case "${1:-}" in
+  --compile-only) mode=compile ;;
+  --fast) mode=fast ;;
+  "") ;;
+  *) echo "usage: $0 [--compile-only|--fast]" >&2; exit 2 ;;
+esac
+
+results=()
+failed=0
+record() { # $1 name, $2 status (PASS/FAIL/SKIP), $3 detail
+  results+=("$(printf '%-4s  %-40s %s' "$2" "$1" "$3")")
+  [ "$2" = FAIL ] && failed=$((failed + 1))
+  return 0
+}
+
+summary() {
+  echo
+  echo "==== C test summary ===="
+  printf '%s\n' "${results[@]}"
+  local npass nfail nskip
+  npass=$(printf '%s\n' "${results[@]}" | grep -c '^PASS')
+  nfail=$(printf '%s\n' "${results[@]}" | grep -c '^FAIL')
+  nskip=$(printf '%s\n' "${results[@]}" | grep -c '^SKIP')
+  echo "run.sh: $npass passed, $nfail failed, $nskip skipped"
+}
+
+mkdir -p "$out"
+
+# ---- Headers -----------------------------------------------------------------
+if bash "$here/test_header.sh" >"$out/test_header.log" 2>&1; then
+  record test_header.sh PASS "$(tail -1 "$out/test_header.log")"
+else
+  record test_header.sh FAIL "see $out/test_header.log"
+  cat "$out/test_header.log"
+fi
+
+cflags=(-std=gnu17 -O1 -g -Wall -Werror -I"$root/include")
+if [ "$mode" = compile ]; then
+  for t in $tests; do
+    if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
+      record "compile test_$t" PASS "syntax only"
+    else
+      record "compile test_$t" FAIL ""
+    fi
+  done
+  summary
+  [ "$failed" -eq 0 ]
+  exit
+fi
+
+if [ ! -f "$lib" ]; then
+  record libcecoll.so FAIL "$lib missing: run make first"
+  summary
+  exit 1
+fi
+
+# ---- Build -------------------------------------------------------------------
+link=(-L"$libdir" -lcecoll -Wl,-rpath,"$libdir" -lpthread)
+build() { # $1 test, $2 output dir, rest: extra flags
+  local t=$1 dir=$2
+  shift 2
+  mkdir -p "$dir"
+  $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${link[@]}" 2>"$dir/test_$t.build.log"
+}
+for t in $tests; do
+  if build "$t" "$out"; then
+    record "build test_$t" PASS ""
+  else
+    record "build test_$t" FAIL "see $out/test_$t.build.log"
+    cat "$out/test_$t.build.log"
+  fi
+done
+
+lsan=0
+if [ "$mode" = all ]; then
+  if echo 'int main(void){return 0;}' | $CC -fsanitize=leak -x c - -o "$out/lsan_probe" 2>/dev/null &&
+    "$out/lsan_probe"; then
+    lsan=1
+    # A canary: a deliberate leak in a program linked to cecoll must be
+    # reported, or a clean lsan row would prove nothing.
+    printf '%s\n' '#include <stdlib.h>' '#include "nccl.h"' 'void* volatile keep;' \
+      'int main(void) { int v; ncclGetVersion(&v); keep = malloc(77); keep = 0; return v == 0; }' >"$out/lsan_canary.c"
+    if $CC -fsanitize=leak -I"$root/include" -o "$out/lsan_canary" "$out/lsan_canary.c" "${link[@]}" 2>/dev/null; then
+      LSAN_OPTIONS=exitcode=23 "$out/lsan_canary" >/dev/null 2>&1
+      if [ $? -eq 23 ]; then
+        record "lsan canary" PASS "a deliberate leak is reported"
+      else
+        record "lsan canary" FAIL "LeakSanitizer missed a deliberate leak: the lsan rows prove nothing"
+      fi
+    else
+      record "lsan canary" FAIL "could not build the canary"
+    fi
+    for t in $tests; do
+      build "$t" "$out/lsan" -fsanitize=leak -fno-omit-frame-pointer || {
+        record "build lsan test_$t" FAIL "see $out/lsan/test_$t.build.log"
+        cat "$out/lsan/test_$t.build.log"
+      }
+    done
+  else
+    echo "!!!! LeakSanitizer is not available with $CC: the lsan rows are SKIPPED !!!!" >&2
+    record "lsan" SKIP "LeakSanitizer not available with $CC"
+  fi
+fi
+
+# ---- Run -----------------------------------------------------------------------
+# run_one ROW TEST BINARY_DIR ENV... -- ARGS...
+run_one() {
+  local row=$1 t=$2 dir=$3
+  shift 3
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  local bin="$dir/test_$t"
+  local log="$out/logs/$row.test_$t.log"
+  mkdir -p "$out/logs"
+  if [ ! -x "$bin" ]; then
+    record "$row test_$t" FAIL "not built"
+    return
+  fi
+  local start end rc
+  start=$(date +%s)
+  # The tests' own watchdog fires first and names the case that hung.
+  # test_api runs each check group in a child with a shorter watchdog of
+  # its own, so one hang costs little and the other groups still report.
+  env CECOLL_TEST_WATCHDOG=$((TIMEOUT - 5)) CECOLL_TEST_CHILD_WATCHDOG=${CECOLL_TEST_CHILD_WATCHDOG:-20} "${envs[@]}" timeout -k 10 "$TIMEOUT" "$bin" "$@" >"$log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  local last
+  last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  if [ "$rc" -eq 0 ]; then
+    record "$row test_$t" PASS "$((end - start))s  $last"
+  else
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && last="TIMED OUT after ${TIMEOUT}s; $last"
+    record "$row test_$t" FAIL "rc=$rc $((end - start))s  $last  (log: $log)"
+    echo "---- $row test_$t failed (rc=$rc); last lines of $log:"
+    tail -25 "$log"
+  fi
+}
+
+# Options per row: the default row covers every dimension; the others a
+# reduced set (still 9 ranks: device sharing and sub-batches).
+full_args=()
+reduced_args=(-r 1,2,3,4,9 -c 0,1,7,1001 -l 0 -g 2)
+lsan_args=(-r 2,3,9 -c 0,7 -l 0 -g 2 -q)
+
+for t in $tests; do
+  run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
+done
+if [ "$mode" = all ]; then
+  for cap in nobatchcopy noattrs nopeerwrite nomulticast hipbatches; do
+    for t in $tests; do
+      run_one "caps=$cap" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CAPS=$cap -- "${reduced_args[@]}"
+    done
+  done
+  for seed in 1 2 3; do
+    for t in $tests; do
+      run_one "chaos=$seed" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=$seed -- "${reduced_args[@]}"
+    done
+  done
+  if [ "$lsan" -eq 1 ]; then
+    for t in $tests; do
+      run_one lsan "$t" "$out/lsan" CECOLL_BACKEND=host \
+        "LSAN_OPTIONS=suppressions=$here/lsan.supp:print_suppressions=0:exitcode=23" -- "${lsan_args[@]}"
+    done
+  fi
+fi
+
+# ---- Symbols and packaging ---------------------------------------------------------
+if bash "$here/test_symbols.sh" "$lib" >"$out/test_symbols.log" 2>&1; then
+  record test_symbols.sh PASS "$(tail -1 "$out/test_symbols.log")"
+else
+  record test_symbols.sh FAIL "see $out/test_symbols.log"
+  cat "$out/test_symbols.log"
+fi
+if [ "$mode" = all ]; then
+  CECOLL_LIB="$lib" bash "$here/cmake_check.sh" >"$out/cmake_check.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    record cmake_check.sh PASS "$(tail -1 "$out/cmake_check.log")"
+  elif [ "$rc" -eq 77 ]; then
+    echo "!!!! cmake not found: the CMake package check is SKIPPED !!!!" >&2
+    record cmake_check.sh SKIP "cmake not found"
+  else
+    record cmake_check.sh FAIL "see $out/cmake_check.log"
+    tail -30 "$out/cmake_check.log"
+  fi
+fi
+
+summary
+[ "$failed" -eq 0 ]
