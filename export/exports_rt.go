@@ -218,11 +218,12 @@ func goexp_cecollEventDestroy(e C.cecollEvent_t) (res C.ncclResult_t) {
 	return toResult(call, err)
 }
 
-// Relaxed, not thread-local, capture mode: one thread that captures every
-// rank's stream (a grouped collective) must be able to instantiate the
-// first graph at cecollStreamEndCapture while its other captures are still
-// open, and CUDA refuses cuGraphInstantiate then in thread-local mode
-// (900, and it invalidates the other captures) [measured on the H200].
+// Thread-local capture mode, as the header prescribes. One thread that
+// captures every rank's stream (a grouped collective) ends the first
+// capture while its others are still open, and CUDA refuses
+// cuGraphInstantiate in that state (900, invalidating the other captures;
+// measured on the H200): cecollStreamEndCapture then defers instantiation
+// to the graph's first launch (graphs.go).
 //
 //export goexp_cecollStreamBeginCapture
 func goexp_cecollStreamBeginCapture(s C.cudaStream_t) (res C.ncclResult_t) {
@@ -230,7 +231,9 @@ func goexp_cecollStreamBeginCapture(s C.cudaStream_t) (res C.ncclResult_t) {
 	defer recoverInto(&res, call)
 	rt, err := comm.Runtime()
 	if err == nil {
-		err = rt.StreamBeginCapture(stream(s), hip.CaptureModeRelaxed)
+		if err = rt.StreamBeginCapture(stream(s), hip.CaptureModeThreadLocal); err == nil {
+			captures.begin(stream(s))
+		}
 	}
 	return toResult(call, err)
 }
@@ -244,15 +247,15 @@ func goexp_cecollStreamEndCapture(s C.cudaStream_t, out *C.cecollGraph_t) (res C
 	}
 	rt, err := comm.Runtime()
 	if err == nil {
-		var x hip.GraphExec
-		if x, err = comm.EndCapture(rt, stream(s)); err == nil {
-			*out = C.xgraph(C.uintptr_t(x))
+		var h uintptr
+		if h, err = endCapture(rt, stream(s)); err == nil {
+			*out = C.xgraph(C.uintptr_t(h))
 		}
 	}
 	return toResult(call, err)
 }
 
-func graph(g C.cecollGraph_t) hip.GraphExec { return hip.GraphExec(uintptr(unsafe.Pointer(g))) }
+func graphKey(g C.cecollGraph_t) uintptr { return uintptr(unsafe.Pointer(g)) }
 
 //export goexp_cecollGraphLaunch
 func goexp_cecollGraphLaunch(g C.cecollGraph_t, s C.cudaStream_t) (res C.ncclResult_t) {
@@ -260,7 +263,7 @@ func goexp_cecollGraphLaunch(g C.cecollGraph_t, s C.cudaStream_t) (res C.ncclRes
 	defer recoverInto(&res, call)
 	rt, err := comm.Runtime()
 	if err == nil {
-		err = rt.GraphLaunch(graph(g), stream(s))
+		err = launchGraph(call, rt, graphKey(g), stream(s))
 	}
 	return toResult(call, err)
 }
@@ -271,7 +274,7 @@ func goexp_cecollGraphDestroy(g C.cecollGraph_t) (res C.ncclResult_t) {
 	defer recoverInto(&res, call)
 	rt, err := comm.Runtime()
 	if err == nil {
-		err = rt.GraphExecDestroy(graph(g))
+		err = destroyGraph(call, rt, graphKey(g))
 	}
 	return toResult(call, err)
 }

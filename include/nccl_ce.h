@@ -9,7 +9,8 @@
  *
  * The second part, cecoll*, lets one C program run on any backend: on a GPU
  * each helper forwards to the driver (a cudaStream_t is the driver's stream,
- * a cecollEvent_t a CUevent, a cecollGraph_t an instantiated CUgraphExec);
+ * a cecollEvent_t a CUevent, a cecollGraph_t names a captured CUgraph and its
+ * CUgraphExec);
  * on the host device they drive cecoll's virtual device. Tests and the
  * benchmark use only these, never the CUDA runtime.
  *
@@ -144,8 +145,10 @@ ncclResult_t cecollEventDestroy(cecollEvent_t event);
  * work is recorded, not run, until cecollStreamEndCapture. */
 ncclResult_t cecollStreamBeginCapture(cudaStream_t stream);
 
-/* Ends the capture and returns the captured work as a launchable
- * (instantiated) graph. */
+/* Ends the capture and returns the captured work as a launchable graph.
+ * It is instantiated here, or at its first cecollGraphLaunch when the calling
+ * thread still captures other streams (CUDA refuses instantiation then in
+ * thread-local mode). */
 ncclResult_t cecollStreamEndCapture(cudaStream_t stream, cecollGraph_t* graph);
 
 /* Queues one replay of graph on stream. */

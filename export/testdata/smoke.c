@@ -122,6 +122,35 @@ static void run_collectives(const char* how) {
     CHECK(host[s * COUNT + 3] == s * 1000000 + 3, "%s Gather block %d = %d", how, s, host[s * COUNT + 3]);
 }
 
+/* One thread captures every rank's stream around a grouped AllGather (the
+ * first cecollStreamEndCapture runs while the other captures are open),
+ * then replays the graphs; bad graph handles are refused. */
+static void run_graphs(void) {
+  cecollGraph_t g[N];
+  fill();
+  for (int r = 0; r < N; r++) OK(cecollStreamBeginCapture(streams[r]));
+  OK(ncclGroupStart());
+  for (int r = 0; r < N; r++) OK(ncclAllGather(sendb[r], recvb[r], COUNT, ncclInt32, comms[r], streams[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < N; r++) OK(cecollStreamEndCapture(streams[r], &g[r]));
+  for (int k = 0; k < 2; k++)
+    for (int r = 0; r < N; r++) OK(cecollGraphLaunch(g[r], streams[r]));
+  sync_all();
+  for (int r = 0; r < N; r++) {
+    fetch(r);
+    for (int s = 0; s < N; s++)
+      CHECK(host[s * COUNT + 11] == s * 1000000 + 11, "graph AllGather rank %d block %d = %d", r, s,
+            host[s * COUNT + 11]);
+  }
+  for (int r = 0; r < N; r++) OK(cecollGraphDestroy(g[r]));
+  CHECK(cecollGraphDestroy(g[0]) == ncclInvalidArgument, "second graph destroy");
+  CHECK(cecollGraphLaunch(g[1], streams[1]) == ncclInvalidArgument, "launch of a destroyed graph");
+  char garbage[64];
+  memset(garbage, 0x5a, sizeof(garbage));
+  CHECK(cecollGraphLaunch((cecollGraph_t)garbage, streams[0]) == ncclInvalidArgument, "garbage graph");
+  CHECK(cecollGraphDestroy(NULL) == ncclInvalidArgument, "NULL graph");
+}
+
 static void setup_buffers(void) {
   for (int r = 0; r < N; r++) {
     OK(cecollSetDevice(r % ndevs));
@@ -171,6 +200,7 @@ int main(void) {
     CHECK(ae == ncclSuccess, "async %d", ae);
   }
   run_collectives("InitAll");
+  run_graphs();
 
   /* Errors. */
   CHECK(ncclAllReduce(sendb[0], recvb[0], 1, ncclFloat, ncclSum, comms[0], streams[0]) == ncclInvalidUsage,

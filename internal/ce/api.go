@@ -1,10 +1,13 @@
 package ce
 
 import (
+	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
@@ -143,10 +146,11 @@ func (cfg *Config) normalize() error {
 // for concurrent use (calls are serialised), but a communicator's
 // collectives must still be issued in the same order on every rank.
 type Engine struct {
-	mu   sync.Mutex
-	live bool
-	able bool // Implemented for this runtime, computed once
-	lazy bool // seed.b15: setup deferred to the first Launch
+	mu      sync.Mutex
+	live    bool
+	aborted bool // Abort ran: Launch refuses, waits are being released
+	able    bool // Implemented for this runtime, computed once
+	lazy    bool // seed.b15: setup deferred to the first Launch
 
 	c    Comm
 	rt   hip.Runtime
@@ -188,6 +192,16 @@ type Engine struct {
 	capStream hip.Stream
 	capValid  bool
 
+	// Abort: the internal stream its release writes go on, the loop that
+	// repeats them (every sync resets its array after the wait, so a single
+	// write releases only the wait pending now), and how long Finalize
+	// waits for the last collective (CECOLL_TIMEOUT; after Abort at most
+	// CECOLL_ABORT_TIMEOUT).
+	abortStream hip.Stream
+	relStop     chan struct{}
+	relDone     chan struct{}
+	drainLimit  time.Duration
+
 	// Preallocated parameter arrays (B16).
 	ops      []hip.MemOp
 	dsts     []hip.DevicePtr
@@ -209,7 +223,8 @@ func Init(c Comm, cfg Config) (*Engine, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	e := &Engine{c: c, rt: c.Runtime(), cfg: cfg, rank: c.Rank(), n: c.Size(), dev: c.Device()}
+	e := &Engine{c: c, rt: c.Runtime(), cfg: cfg, rank: c.Rank(), n: c.Size(), dev: c.Device(),
+		drainLimit: envSeconds("CECOLL_TIMEOUT", defaultTimeout)}
 	if e.rt == nil || e.n < 1 || e.rank < 0 || e.rank >= e.n {
 		return nil, result.Errorf(result.InvalidArgument, "ce init: bad communicator (rank %d of %d)", e.rank, e.n)
 	}
@@ -301,6 +316,12 @@ func (e *Engine) setup() error {
 		return initErr("staging window register", err)
 	}
 
+	// The stream Abort writes on: created here, since Abort must not fail
+	// for lack of resources.
+	if e.abortStream, err = rt.StreamCreate(); err != nil {
+		return initErr("abort stream create", err)
+	}
+
 	// Ordering events.
 	if e.ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
 		return initErr("event create", err)
@@ -370,6 +391,10 @@ func (e *Engine) release() error {
 	if rt == nil {
 		return nil
 	}
+	if e.abortStream != 0 {
+		keep(rt.StreamDestroy(e.abortStream))
+		e.abortStream = 0
+	}
 	if e.mc != 0 {
 		keep(rt.MulticastDestroy(e.mc))
 		e.mc = 0
@@ -407,9 +432,14 @@ func (e *Engine) release() error {
 }
 
 // Finalize releases the CE state; local and idempotent, it never waits for
-// peers. The caller must have synchronised (or aborted) the streams that
-// carry this engine's collectives: their flag waits read the sync window.
-// Launch fails with InvalidUsage afterwards.
+// peers. It first waits for the communicator's last collective (the B19
+// ordering event), since streams may still read and write the flags and
+// the staging window it frees; if that does not complete within
+// CECOLL_TIMEOUT seconds (default 600; after Abort, CECOLL_ABORT_TIMEOUT,
+// default 5) it logs a warning and leaves the state allocated. Work
+// enqueued outside Launch and OrderAfter (a graph launched on another
+// stream without them) is not covered. Launch fails with InvalidUsage
+// afterwards.
 func (e *Engine) Finalize() error {
 	if e == nil {
 		return nil
@@ -421,12 +451,141 @@ func (e *Engine) Finalize() error {
 	}
 	e.live = false
 	if err := e.rt.SetDevice(e.dev); err != nil {
+		e.stopRelease()
 		return result.Errorf(result.UnhandledCudaError, "ce finalize: set device: %w", err)
+	}
+	drained := !e.evValid || e.waitDone(func() error { return e.rt.EventQuery(e.ev) })
+	e.stopRelease()
+	if drained && e.abortStream != 0 {
+		drained = e.waitDone(func() error { return e.rt.StreamQuery(e.abortStream) })
+	}
+	if !drained {
+		log.Warnf("ce finalize: rank %d: the last collective did not complete within %v; leaving the CE state allocated", e.rank, e.drainLimit)
+		return nil
 	}
 	if err := e.release(); err != nil {
 		return result.Errorf(result.Of(err), "ce finalize: %w", err)
 	}
 	return nil
+}
+
+// waitDone polls query (EventQuery, StreamQuery) until it reports done,
+// for at most e.drainLimit. Polling rather than a blocking synchronize
+// keeps the wait bounded without leaving a goroutine behind. A query
+// error other than not-ready ends the wait (the work is not running).
+func (e *Engine) waitDone(query func() error) bool {
+	deadline := time.Now().Add(e.drainLimit)
+	pause := 20 * time.Microsecond
+	for {
+		err := query()
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, hip.ErrNotReady) {
+			log.Warnf("ce finalize: rank %d: %v", e.rank, err)
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+// Abort releases every flag wait this rank's streams have queued or will
+// reach, without waiting for peers: it writes releaseValue into every slot
+// of both local arrays from the engine's own stream (stream writes, not a
+// synchronous copy, which may stall while streams are parked on waits), and
+// repeats the writes every millisecond until Finalize, because each sync
+// resets its array after its waits. Launch then fails with InvalidUsage
+// ("communicator aborted"). Idempotent. Collectives released this way move
+// whatever their buffers hold: their results are undefined.
+func (e *Engine) Abort() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.live || e.aborted {
+		return nil
+	}
+	e.aborted = true
+	e.drainLimit = min(e.drainLimit, envSeconds("CECOLL_ABORT_TIMEOUT", defaultAbortTimeout))
+	if e.n == 1 || e.syncBase == 0 {
+		return nil // no flag waits (one rank, or seed.b15 before set-up)
+	}
+	if err := e.rt.SetDevice(e.dev); err != nil {
+		return result.Errorf(result.UnhandledCudaError, "ce abort: set device: %w", err)
+	}
+	ops := make([]hip.MemOp, 0, 2*e.n)
+	for _, arr := range [2]uintptr{0, e.complOff} {
+		for r := range e.n {
+			ops = append(ops, hip.WriteValue32(e.syncBase+hip.DevicePtr(arr+uintptr(r)*4), releaseValue))
+		}
+	}
+	if err := hip.BatchMemOps(e.rt, e.abortStream, ops); err != nil {
+		return result.Errorf(result.Of(err), "ce abort: release flag waits: %w", err)
+	}
+	e.relStop, e.relDone = make(chan struct{}), make(chan struct{})
+	go e.releaseLoop(ops, e.relStop, e.relDone)
+	return nil
+}
+
+// releaseLoop repeats Abort's release writes until stop closes. It touches
+// only what Finalize frees after stopping it.
+func (e *Engine) releaseLoop(ops []hip.MemOp, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := e.rt.SetDevice(e.dev); err != nil {
+		log.Warnf("ce abort: rank %d: set device: %v", e.rank, err)
+		return
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if err := hip.BatchMemOps(e.rt, e.abortStream, ops); err != nil {
+			log.Warnf("ce abort: rank %d: release flag waits: %v", e.rank, err)
+			return
+		}
+	}
+}
+
+// stopRelease ends Abort's release loop, if running; e.mu held.
+func (e *Engine) stopRelease() {
+	if e.relStop == nil {
+		return
+	}
+	close(e.relStop)
+	<-e.relDone
+	e.relStop, e.relDone = nil, nil
+}
+
+// Timeouts of Finalize's wait for the last collective, in seconds.
+const (
+	defaultTimeout      = 600 * time.Second
+	defaultAbortTimeout = 5 * time.Second
+)
+
+// envSeconds reads a duration in seconds (fractions allowed) from the
+// environment; a value that does not parse is reported and def kept.
+func envSeconds(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f > 1e9 {
+		log.Warnf("%s=%q: want seconds >= 0; using %v", name, v, def)
+		return def
+	}
+	return time.Duration(f * float64(time.Second))
 }
 
 // Implemented reports whether fn can run on copy engines with rt: the four

@@ -13,7 +13,9 @@
 //   - the batch launch (batched copies, per-copy fallback, intra-batch sync);
 //   - the path choice of every call (group, zero-copy window, staged), which
 //     every rank makes alike from what it alone knows;
-//   - the ordering of a communicator's collectives across streams (B19).
+//   - the ordering of a communicator's collectives across streams (B19);
+//   - abort (releasing this rank's queued flag waits from its own stream)
+//     and Finalize's bounded wait for the last collective before it frees.
 //
 // The engine sees the device only through hip.Runtime and the communicator
 // only through Comm (comm.go); it never learns which backend runs.

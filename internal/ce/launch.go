@@ -17,6 +17,9 @@ func (e *Engine) Launch(a *Args) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.aborted {
+		return result.Errorf(result.InvalidUsage, "ce launch: communicator aborted")
+	}
 	if !e.live {
 		return result.Errorf(result.InvalidUsage, "ce launch: the CE engine of this communicator is finalized")
 	}
@@ -88,6 +91,9 @@ func launchErr(f Func, what string, err error) error {
 func (e *Engine) OrderBefore(s hip.Stream) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.aborted {
+		return result.Errorf(result.InvalidUsage, "ce: communicator aborted")
+	}
 	if !e.live {
 		return result.Errorf(result.InvalidUsage, "ce: the CE engine of this communicator is finalized")
 	}
@@ -103,6 +109,9 @@ func (e *Engine) OrderBefore(s hip.Stream) error {
 func (e *Engine) OrderAfter(s hip.Stream) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.aborted {
+		return result.Errorf(result.InvalidUsage, "ce: communicator aborted")
+	}
 	if !e.live {
 		return result.Errorf(result.InvalidUsage, "ce: the CE engine of this communicator is finalized")
 	}

@@ -12,12 +12,39 @@ func copyWords(rt hip.Runtime, p hip.DevicePtr, w []uint32) error {
 	return hip.CopyToDevice(rt, p, b)
 }
 
+// Flag waits are cyclic GEQ waits (hold when int32(*slot - v) >= 0), not
+// the seed's EQ waits, so that Abort can release every queued wait at once
+// by writing releaseValue into the local slots. For the protocol GEQ is
+// EQ: every sync, eager or captured, resets my whole array to 0 right after
+// its waits, so a slot holds 0 or the value a peer wrote for the sync now
+// waiting (alternating arrays keep a peer at most one sync ahead: it
+// writes this array again only after passing the next sync on the other
+// one, which needs my write there, which my stream issues after the reset).
+// Values lie in [1, 2^31): 0 never satisfies GEQ v, v does. Without the
+// eager resets GEQ would not be EQ: a graph's GEQ 1 would pass on the value
+// a previous eager call left (B10), and a zeroed slot satisfies GEQ v for
+// v >= 2^31.
+
+// seqLimit bounds eager values to [2, 2^31) (see above); the counter goes
+// from seqLimit-1 back to 2, skipping 0 (the reset value) and 1 (the graph
+// constant) (B10, B18).
+const seqLimit = 1 << 31
+
+// releaseValue satisfies every wait the engine queues: GEQ v for every v in
+// [1, 2^31). Abort writes it into every local slot.
+const releaseValue = seqLimit - 1
+
+// seedFlags restores the seed's flag protocol (EQ waits, eager syncs
+// leave their values in the arrays) for the regression tests whose defect
+// only shows with it: under GEQ with resets a stale or overwritten value no
+// longer hangs or releases a wait (B4, B10, B19).
+func seedFlags() bool { return seed.b4 || seed.b10 || seed.b19 }
+
 // nextSeq returns the next eager flag value. Init starts the counter at 1,
-// so the first value is 2; 0 (the reset value) and 1 (the graph constant)
-// are skipped when the counter wraps (B10, B18).
+// so the first value is 2.
 func (e *Engine) nextSeq() uint32 {
 	e.seq++
-	if e.seq == 0 && !seed.b18 {
+	if (e.seq == 0 || e.seq >= seqLimit) && !seed.b18 {
 		e.seq = 2
 	}
 	return e.seq
@@ -26,7 +53,11 @@ func (e *Engine) nextSeq() uint32 {
 // waitOp and writeOp build memop entries with their type set explicitly
 // (B1: the seed left it 0, an invalid operation).
 func waitOp(addr hip.DevicePtr, v uint32) hip.MemOp {
-	op := hip.WaitValue32(addr, v, hip.WaitEQ)
+	cond := hip.WaitGEQ
+	if seedFlags() {
+		cond = hip.WaitEQ
+	}
+	op := hip.WaitValue32(addr, v, cond)
 	if seed.b1 {
 		op.Op = hip.MemOpInvalid
 	}
@@ -60,10 +91,10 @@ func (e *Engine) submit(s hip.Stream) error {
 // of the collective and waits until every peer has. Announcing is a write
 // of my slot in every peer's array (unicast) or one write to the multicast
 // address of my slot; the value is the next sequence number, or under
-// capture the constant 1 followed by a reset of my whole array to 0 (a
-// graph is replayed many times). Syncs alternate between the ready and the
-// complete array, so a fast peer never overwrites a slot its partner has
-// not yet seen.
+// capture the constant 1 (a graph is replayed many times). Every sync ends
+// by resetting my whole array to 0 (see the GEQ note above). Syncs
+// alternate between the ready and the complete array, so a fast peer never
+// overwrites a slot its partner has not yet seen.
 func (e *Engine) sync(s hip.Stream, capturing bool) error {
 	if e.n == 1 {
 		return nil
@@ -142,7 +173,7 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(r*4), val))
 		}
 	}
-	if capturing {
+	if capturing || !seedFlags() {
 		if e.caps.SplitWaitReset {
 			// HIP may let later writes of a batch overtake its waits.
 			if err := e.submit(s); err != nil {

@@ -1,58 +1,35 @@
 package comm
 
 import (
-	"os"
-	"runtime"
-	"strconv"
-	"time"
-
 	"cecoll/internal/log"
+	"cecoll/internal/result"
 )
 
-// drainTimeout is how long abort waits for the device to drain after
-// the engine released its waits; CECOLL_ABORT_TIMEOUT (seconds) overrides it.
-func drainTimeout() time.Duration {
-	if v := os.Getenv("CECOLL_ABORT_TIMEOUT"); v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-			return time.Duration(s * float64(time.Second))
+// Abort is ncclCommAbort: it fails the peers' pending bootstrap waits, has
+// the engine release this rank's queued flag waits so its streams drain
+// (ce.Engine.Abort), then frees everything like Destroy. It never waits
+// for peers. The engine's Finalize waits for this rank's last collective
+// at most CECOLL_ABORT_TIMEOUT seconds (default 5); past that the CE state
+// is left allocated (leaked) rather than freed under a stream that may
+// still touch it.
+func (c *Comm) Abort() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state() == stDestroyed {
+		return nil
+	}
+	if c.boot != nil {
+		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank))
+	}
+	c.st.Store(int32(stAborted))
+	c.engMu.Lock()
+	if c.eng != nil {
+		if err := c.onDevice(c.eng.Abort); err != nil {
+			log.Warnf("rank %d: abort: engine: %v", c.rank, err)
 		}
 	}
-	return 5 * time.Second
-}
-
-// aborter is what an engine offers to release its streams' pending flag
-// waits on abort. Only the engine knows the values its waits expect (they
-// are equality waits on sequence numbers), so without it an aborted
-// communicator's queued collectives stay blocked and its CE state is
-// leaked rather than freed under them.
-type aborter interface {
-	Abort() error
-}
-
-// drained reports whether the comm's device finished its queued work
-// within d (a goroutine keeps waiting after a timeout; it ends when the
-// device drains).
-func (c *Comm) drained(d time.Duration) bool {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := c.rt.SetDevice(c.dev); err != nil {
-			done <- err
-			return
-		}
-		done <- c.rt.DeviceSynchronize()
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			log.Warnf("rank %d: abort: device synchronize: %v", c.rank, err)
-			return false
-		}
-		return true
-	case <-t.C:
-		return false
-	}
+	c.engMu.Unlock()
+	c.releaseLocked()
+	c.detach()
+	return nil
 }

@@ -17,7 +17,10 @@ import (
 // fake through newEngine to exercise this package before the engine exists.
 type engine interface {
 	Launch(a *ce.Args) error
+	// Finalize waits (bounded) for the engine's last collective, then frees
+	// its state; Abort releases the engine's queued flag waits first.
 	Finalize() error
+	Abort() error
 }
 
 // newEngine sets up a rank's CE state; collective.
@@ -226,7 +229,7 @@ func (c *Comm) runInit() error {
 			c.st.Store(int32(stFailed))
 		}
 		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d failed to initialise: %w", c.rank, err))
-		c.releaseLocked(false)
+		c.releaseLocked()
 		return err
 	}
 	if c.state() != stInit { // aborted while initialising
@@ -270,31 +273,24 @@ func (c *Comm) onDevice(f func() error) error {
 	return f()
 }
 
-// finalizeEngineLocked releases the CE state; c.engMu held. With wait, the
-// device's queued work finishes first: streams may still wait on the sync
-// flags the engine is about to free (a program may even have destroyed
-// its streams already). Abort does not wait.
-func (c *Comm) finalizeEngineLocked(wait bool) error {
+// finalizeEngineLocked releases the CE state; c.engMu held. The engine
+// waits for its own last collective before freeing the flags its streams
+// read (bounded; it leaks them rather than free them under a stream), so
+// no device-wide synchronize is needed here.
+func (c *Comm) finalizeEngineLocked() error {
 	if c.eng == nil {
 		return nil
 	}
 	eng := c.eng
 	c.eng = nil
-	return c.onDevice(func() error {
-		if wait {
-			if err := c.rt.DeviceSynchronize(); err != nil {
-				log.Warnf("rank %d: finalize: device synchronize: %v", c.rank, err)
-			}
-		}
-		return eng.Finalize()
-	})
+	return c.onDevice(eng.Finalize)
 }
 
 // releaseLocked frees everything local: engine, windows, the world's slot.
 // c.mu held. Idempotent.
-func (c *Comm) releaseLocked(wait bool) {
+func (c *Comm) releaseLocked() {
 	c.engMu.Lock()
-	if err := c.finalizeEngineLocked(wait); err != nil {
+	if err := c.finalizeEngineLocked(); err != nil {
 		log.Warnf("rank %d: engine finalize: %v", c.rank, err)
 	}
 	c.engMu.Unlock()
@@ -319,7 +315,7 @@ func (c *Comm) Finalize() error {
 	case stReady:
 		c.st.Store(int32(stFinalized))
 		c.engMu.Lock()
-		err := c.finalizeEngineLocked(true)
+		err := c.finalizeEngineLocked()
 		c.engMu.Unlock()
 		if err != nil {
 			return result.Errorf(result.Of(err), "ncclCommFinalize: %w", err)
@@ -344,43 +340,9 @@ func (c *Comm) Destroy() error {
 			return result.Errorf(result.InvalidUsage, "ncclCommDestroy: communicator is still being created (its ncclGroupEnd has not run)")
 		}
 	}
-	c.releaseLocked(true)
+	c.releaseLocked()
 	c.detach()
 	c.st.Store(int32(stDestroyed))
-	return nil
-}
-
-// Abort is ncclCommAbort: it fails the peers' pending bootstrap waits,
-// has the engine release this rank's queued flag waits (when it can) so
-// its streams drain, then frees everything like Destroy. It never waits
-// for peers: when the device does not drain in time, the CE state is left
-// allocated (leaked) rather than freed under a stream that may still
-// touch it.
-func (c *Comm) Abort() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state() == stDestroyed {
-		return nil
-	}
-	if c.boot != nil {
-		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank))
-	}
-	c.st.Store(int32(stAborted))
-	c.engMu.Lock()
-	if c.eng != nil {
-		if a, ok := c.eng.(aborter); ok {
-			if err := c.onDevice(a.Abort); err != nil {
-				log.Warnf("rank %d: abort: engine: %v", c.rank, err)
-			}
-		}
-		if !c.drained(drainTimeout()) {
-			log.Warnf("rank %d: abort: device %d did not drain; leaving the copy-engine state allocated", c.rank, c.dev)
-			c.eng = nil
-		}
-	}
-	c.engMu.Unlock()
-	c.releaseLocked(false)
-	c.detach()
 	return nil
 }
 
@@ -464,5 +426,5 @@ func (c *Comm) ceInitNow() error {
 func (c *Comm) CeFinalize() error {
 	c.engMu.Lock()
 	defer c.engMu.Unlock()
-	return c.finalizeEngineLocked(true)
+	return c.finalizeEngineLocked()
 }

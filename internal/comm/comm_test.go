@@ -292,6 +292,7 @@ type nopEngine struct{}
 
 func (nopEngine) Launch(*ce.Args) error { return nil }
 func (nopEngine) Finalize() error       { return nil }
+func (nopEngine) Abort() error          { return nil }
 
 // abortEngine records that comm asked it to release its waits.
 type abortEngine struct {
@@ -322,9 +323,6 @@ func TestAbortCallsEngine(t *testing.T) {
 // stream must drain. The engine must release its waits (ce.Engine.Abort).
 func TestAbortInFlight(t *testing.T) {
 	watchdog(t, 60*time.Second)
-	if _, ok := any((*ce.Engine)(nil)).(aborter); !ok {
-		t.Skip("ce.Engine has no Abort method yet: an aborted collective's stream stays blocked")
-	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	rt := newRT(t, 2)
@@ -367,4 +365,58 @@ func TestGroupSimulateEnd(t *testing.T) {
 	require.Nil(t, currentGroup(), "the group is closed")
 	requireCode(t, result.InvalidUsage, c.AsyncError())
 	require.NoError(t, c.Destroy())
+}
+
+// Finalize must wait for the communicator's last collective before the
+// engine frees its flags (the engine's own wait: no device-wide
+// synchronize), and not longer.
+func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 2, nil, DefaultConfig())
+	require.NoError(t, err)
+	var s [2]hip.Stream
+	var buf [2]hip.DevicePtr
+	for r := range 2 {
+		require.NoError(t, rt.SetDevice(r))
+		s[r], err = rt.StreamCreate()
+		require.NoError(t, err)
+		buf[r], err = MemAlloc(rt, 8192)
+		require.NoError(t, err)
+	}
+	// Gate rank 0's stream on a word the test writes later.
+	require.NoError(t, rt.SetDevice(0))
+	gate, err := MemAlloc(rt, 64)
+	require.NoError(t, err)
+	require.NoError(t, rt.Memset(gate, 0, 64))
+	require.NoError(t, rt.StreamBatchMemOp(s[0], []hip.MemOp{hip.WaitValue32(gate, 1, hip.WaitEQ)}))
+	for r := range 2 {
+		require.NoError(t, comms[r].Collective(ce.FuncAllGather, buf[r], buf[r]+4096, 64, 0, 0, s[r]))
+	}
+	done := make(chan error, 1)
+	go func() { done <- comms[1].Finalize() }()
+	select {
+	case err := <-done:
+		t.Fatalf("Finalize returned while its collective was queued: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	one := []byte{1, 0, 0, 0}
+	require.NoError(t, hip.CopyToDevice(rt, gate, one))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Finalize still waiting after the collective could complete")
+	}
+	require.NoError(t, comms[0].Finalize())
+	for r := range 2 {
+		require.NoError(t, rt.SetDevice(r))
+		require.NoError(t, rt.StreamSynchronize(s[r]))
+		require.NoError(t, rt.StreamDestroy(s[r]))
+		require.NoError(t, MemFree(rt, buf[r]))
+		require.NoError(t, comms[r].Destroy())
+	}
+	require.NoError(t, MemFree(rt, gate))
 }

@@ -120,6 +120,9 @@ func (e *fakeEngine) Finalize() error {
 	return err
 }
 
+// Abort has nothing to release: the fake copies synchronously.
+func (e *fakeEngine) Abort() error { return nil }
+
 func (e *fakeEngine) launches() (all, withPeers int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

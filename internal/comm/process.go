@@ -108,18 +108,3 @@ func Implemented(fn ce.Func, redOp, dt int32) bool {
 	}
 	return ce.Implemented(rt, fn, redOp, dt)
 }
-
-// EndCapture ends a capture on s and returns it instantiated, ready to
-// launch (cecollStreamEndCapture); the uninstantiated graph is released.
-func EndCapture(rt hip.Runtime, s hip.Stream) (hip.GraphExec, error) {
-	g, err := rt.StreamEndCapture(s)
-	if err != nil {
-		return 0, err
-	}
-	x, err := rt.GraphInstantiate(g)
-	if derr := rt.GraphDestroy(g); err == nil && derr != nil {
-		rt.GraphExecDestroy(x)
-		return 0, derr
-	}
-	return x, err
-}

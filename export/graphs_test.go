@@ -1,0 +1,73 @@
+package main
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/hip"
+	"cecoll/internal/hip/host"
+	"cecoll/internal/result"
+)
+
+// TestGraphRegistry: one thread captures two streams; the graph ended
+// while the other capture is open is instantiated at its first launch, the
+// last one at once; bad keys are InvalidArgument.
+func TestGraphRegistry(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt, err := host.New(host.Config{Devices: 1})
+	require.NoError(t, err)
+	t.Cleanup(rt.Close)
+	require.NoError(t, rt.SetDevice(0))
+	word, err := rt.MemAlloc(64)
+	require.NoError(t, err)
+	var s [2]hip.Stream
+	for i := range s {
+		s[i], err = rt.StreamCreate()
+		require.NoError(t, err)
+		require.NoError(t, rt.StreamBeginCapture(s[i], hip.CaptureModeThreadLocal))
+		captures.begin(s[i])
+		require.NoError(t, rt.StreamBatchMemOp(s[i], []hip.MemOp{hip.WriteValue32(word+hip.DevicePtr(4*i), uint32(7+i))}))
+	}
+	k0, err := endCapture(rt, s[0])
+	require.NoError(t, err)
+	k1, err := endCapture(rt, s[1])
+	require.NoError(t, err)
+	require.NotEqual(t, k0, k1)
+	o0, err := graphOf("t", k0)
+	require.NoError(t, err)
+	o1, err := graphOf("t", k1)
+	require.NoError(t, err)
+	require.Zero(t, o0.x, "ended while another capture was open: instantiation deferred")
+	require.NotZero(t, o1.x, "ended as the thread's last capture: instantiated")
+
+	for i, k := range []uintptr{k0, k1} {
+		require.NoError(t, launchGraph("t", rt, k, s[i]))
+		require.NoError(t, rt.StreamSynchronize(s[i]))
+	}
+	require.NotZero(t, o0.x)
+	got := make([]byte, 8)
+	require.NoError(t, hip.CopyFromDevice(rt, got, word))
+	require.Equal(t, []byte{7, 0, 0, 0, 8, 0, 0, 0}, got)
+
+	require.NoError(t, destroyGraph("t", rt, k0))
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"destroyed launch", launchGraph("t", rt, k0, s[0])},
+		{"destroyed destroy", destroyGraph("t", rt, k0)},
+		{"garbage", launchGraph("t", rt, 0x5a5a5a5a5a5a, s[0])},
+		{"NULL", destroyGraph("t", rt, 0)},
+	} {
+		require.Error(t, tc.err, tc.name)
+		require.Equal(t, result.InvalidArgument, result.Of(tc.err), tc.name)
+	}
+	require.NoError(t, destroyGraph("t", rt, k1))
+	for i := range s {
+		require.NoError(t, rt.StreamDestroy(s[i]))
+	}
+	require.NoError(t, rt.MemFree(word))
+}
