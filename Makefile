@@ -62,10 +62,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 include/nccl.h include/nccl_ce.h $(DESTDIR)$(PREFIX)/include/
-	@if [ -f cmake/cecollConfig.cmake.in ]; then \
-	  install -d $(DESTDIR)$(PREFIX)/lib/cmake/cecoll; \
-	  sed 's|@PREFIX@|$(PREFIX)|g' cmake/cecollConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/cecoll/cecollConfig.cmake; \
-	fi
+	install -d $(DESTDIR)$(PREFIX)/lib/cmake/cecoll
+	install -m 0644 cmake/cecollConfig.cmake.in $(DESTDIR)$(PREFIX)/lib/cmake/cecoll/cecollConfig.cmake
 
 clean:
 	rm -rf $(BUILD)

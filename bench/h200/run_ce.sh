@@ -3,30 +3,29 @@
 # carried prebuilt binaries (that machine has no Go):
 #   build/libcecoll.so, build/cecoll-perf, build/ctests/test_*
 # Runs the C tests on the nvidia backend with 2, 4 and 8 ranks on the one GPU
-# (group mode, one process; each collective in its own process, in parallel),
+# (group mode, one process, one collective at a time),
 # then cecoll-perf at 8 B and 64 MiB per rank for N = 2, 4, 8, and prints a
 # summary last. Sized for about 3 minutes; every step has a timeout.
 set -u
 export NCCL_NVLS_ENABLE=0 CECOLL_BACKEND=nvidia
-export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/build:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/cecoll_out}
 mkdir -p "$OUT"
 T=build/ctests
 nvidia-smi -L 2>&1 | head -2
 
-echo "== C tests, nvidia backend, ranks 2,4,8 (group mode)"
-pids=()
+echo "== C tests, nvidia backend, ranks 2,4,8 (group mode), one collective at a time"
 for t in allgather alltoall scatter gather errors; do
-  ( CECOLL_TEST_WATCHDOG=70 timeout -k 5 80 $T/test_$t -r 2,4,8 -m group -c 0,1,7,1001 -l 64 -g 2 \
-      >"$OUT/ctest_$t.log" 2>&1; echo "EXIT $t $?" >>"$OUT/ctest_$t.log" ) &
-  pids+=($!)
+  CECOLL_TEST_WATCHDOG=27 timeout -k 3 30 $T/test_$t -r 2,4,8 -m group -c 0,1,7,1001 -l 64 -g 2 \
+    >"$OUT/ctest_$t.log" 2>&1
+  echo "EXIT $t $?" >>"$OUT/ctest_$t.log"
+  tail -1 "$OUT/ctest_$t.log"
 done
-wait "${pids[@]}"
 
 echo "== cecoll-perf, 8 B and 64 MiB per rank"
 : >"$OUT/perf.txt"
 for n in 2 4 8; do
-  timeout -k 5 30 build/cecoll-perf -N $n -b 8 -e 64M -f 8388608 -n 20 -w 3 -c 1 >>"$OUT/perf.txt" 2>&1
+  timeout -k 3 20 build/cecoll-perf -N $n -b 8 -e 64M -f 8388608 -n 20 -w 3 -c 1 >>"$OUT/perf.txt" 2>&1
   echo "EXIT perf N=$n $?" >>"$OUT/perf.txt"
 done
 
