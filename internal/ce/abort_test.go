@@ -48,17 +48,7 @@ func TestAbortReleasesWaits(t *testing.T) {
 				}
 				p := r.prepare(c)
 				if graph {
-					if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-						return err
-					}
-					if err := r.e.Launch(&p.args); err != nil {
-						return err
-					}
-					g, err := r.rt.StreamEndCapture(r.s)
-					if err != nil {
-						return err
-					}
-					x, err := r.rt.GraphInstantiate(g)
+					x, err := r.captureGraph(&p.args)
 					if err != nil {
 						return err
 					}

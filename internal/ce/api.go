@@ -151,6 +151,7 @@ type Engine struct {
 	aborted bool // Abort ran: Launch refuses, waits are being released
 	able    bool // Implemented for this runtime, computed once
 	lazy    bool // seed.b15: setup deferred to the first Launch
+	held    bool // holdShared ran: release hands the internal windows' memory to c
 
 	c    Comm
 	rt   hip.Runtime
@@ -267,6 +268,9 @@ func (e *Engine) setup() error {
 	if err := rt.SetDevice(e.dev); err != nil {
 		return initErr("set device", err)
 	}
+	// Before any window exists: from its registration on, this rank's
+	// streams may write into its peers' internal windows.
+	e.holdShared()
 	e.caps = rt.Caps()
 	e.able = Implemented(rt, FuncAllGather, 0, 0)
 	switch e.cfg.FlagWrite {
@@ -379,17 +383,18 @@ func initErr(what string, err error) error {
 	return result.Errorf(result.Of(err), "ce init: %s: %w", what, err)
 }
 
-// release frees whatever setup built. It never waits for peers.
+// release frees whatever setup built. It never waits for peers; the
+// memory of the internal windows may outlive it (see SharedMem).
 func (e *Engine) release() error {
+	rt := e.rt
+	if rt == nil {
+		return nil
+	}
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
 			first = err
 		}
-	}
-	rt := e.rt
-	if rt == nil {
-		return nil
 	}
 	if e.abortStream != 0 {
 		keep(rt.StreamDestroy(e.abortStream))
@@ -399,34 +404,23 @@ func (e *Engine) release() error {
 		keep(rt.MulticastDestroy(e.mc))
 		e.mc = 0
 	}
-	if e.ev != 0 {
-		keep(rt.EventDestroy(e.ev))
-		e.ev = 0
+	for _, ev := range [...]*hip.Event{&e.ev, &e.capEv} {
+		if *ev != 0 {
+			keep(rt.EventDestroy(*ev))
+			*ev = 0
+		}
 	}
-	if e.capEv != 0 {
-		keep(rt.EventDestroy(e.capEv))
-		e.capEv = 0
+	for _, w := range [...]*Window{&e.stageWin, &e.syncWin} {
+		if *w != nil {
+			keep(e.c.DeregisterWindow(*w))
+			*w = nil
+		}
 	}
-	if e.stageWin != nil {
-		keep(e.c.DeregisterWindow(e.stageWin))
-		e.stageWin = nil
-	}
-	if e.stageBase != 0 {
-		keep(rt.MemFree(e.stageBase))
-		e.stageBase = 0
-	}
-	if e.words != 0 {
+	if e.words != 0 { // read by this rank's streams only
 		keep(rt.MemFree(e.words))
 		e.words = 0
 	}
-	if e.syncWin != nil {
-		keep(e.c.DeregisterWindow(e.syncWin))
-		e.syncWin = nil
-	}
-	if e.syncBase != 0 {
-		keep(rt.MemFree(e.syncBase))
-		e.syncBase = 0
-	}
+	keep(e.freeShared(&e.stageBase, &e.syncBase))
 	e.evValid, e.capValid = false, false
 	return first
 }
@@ -436,7 +430,9 @@ func (e *Engine) release() error {
 // ordering event), since streams may still read and write the flags and
 // the staging window it frees; if that does not complete within
 // CECOLL_TIMEOUT seconds (default 600; after Abort, CECOLL_ABORT_TIMEOUT,
-// default 5) it logs a warning and leaves the state allocated. Work
+// default 5) it logs a warning and leaves the state allocated (with a
+// SharedMem communicator its hold stays too, so the peers' internal
+// windows its streams may still write are never freed either). Work
 // enqueued outside Launch and OrderAfter (a graph launched on another
 // stream without them) is not covered. Launch fails with InvalidUsage
 // afterwards.

@@ -75,30 +75,102 @@ func inWindow(w Window, p hip.DevicePtr, n uintptr) (uintptr, error) {
 	return uintptr(p - w.Base()), nil
 }
 
+// route is how a call reaches its peers' buffers: the path, and for the
+// zero-copy path the window and the deciding buffer's offset in it.
+type route struct {
+	p    path
+	w    Window
+	wOff uintptr
+}
+
+// route chooses the path from the deciding buffer [buf, buf+size) (see
+// choose) and, on the zero-copy path, checks that it lies in its window.
+func (e *Engine) route(peers []hip.DevicePtr, win Window, buf hip.DevicePtr, size uintptr) (route, error) {
+	p, w := e.choose(peers, win, buf, size)
+	rt := route{p: p, w: w}
+	if p == pathWindow {
+		var err error
+		if rt.wOff, err = inWindow(w, buf, size); err != nil {
+			return rt, err
+		}
+	}
+	return rt, nil
+}
+
+// pushDst is where a push to peer lands: off bytes into the peer's recv
+// buffer (its entry of a.PeerRecv, or the same offset of its window), or,
+// on the staged path, slot bytes into the peer's staging window.
+func (e *Engine) pushDst(a *Args, rt *route, peer int, off, slot uintptr) hip.DevicePtr {
+	switch rt.p {
+	case pathGroup:
+		return a.PeerRecv[peer] + hip.DevicePtr(off)
+	case pathWindow:
+		return rt.w.PeerBase(peer) + hip.DevicePtr(rt.wOff+off)
+	}
+	return e.stageWin.PeerBase(peer) + hip.DevicePtr(slot)
+}
+
+// stagingCopies runs one batch of copies, for every peer q, between q's
+// slot of this rank's staging window (stageBase + q*piece) and block q of
+// buf (buf + q*chunk + o), l bytes each: out of staging into buf when out
+// (the staged path's copy-out), else from buf into staging (AlltoAll's
+// in-place scratch, B13).
+func (e *Engine) stagingCopies(s hip.Stream, capturing, out bool, buf hip.DevicePtr, chunk, piece, o, l uintptr) error {
+	e.resetCopies()
+	for q := range e.n {
+		if q == e.rank {
+			continue
+		}
+		user := buf + hip.DevicePtr(uintptr(q)*chunk+o)
+		slot := e.stageBase + hip.DevicePtr(uintptr(q)*piece)
+		if out {
+			e.add(user, slot, l)
+		} else {
+			e.add(slot, user, l)
+		}
+	}
+	return e.copies(s, capturing, 0, len(e.dsts))
+}
+
+// copyOne runs a batch of the single copy of l bytes src -> dst.
+func (e *Engine) copyOne(s hip.Stream, capturing bool, dst, src hip.DevicePtr, l uintptr) error {
+	e.resetCopies()
+	e.add(dst, src, l)
+	return e.copies(s, capturing, 0, 1)
+}
+
+// pushRound runs the queued pushes of one AllGather or AlltoAll round (o
+// bytes into each block, l bytes long); on the staged path it then copies
+// the blocks the peers staged into recv.
+func (e *Engine) pushRound(a *Args, p path, chunk, piece, o, l uintptr, capturing bool) error {
+	if err := e.launchRound(a.Stream, capturing, e.n, chunk, true); err != nil {
+		return err
+	}
+	if p != pathStaged {
+		return nil
+	}
+	return e.stagingCopies(a.Stream, capturing, true, a.Recv, chunk, piece, o, l)
+}
+
 // allGather: my block is recv + rank*chunk. Local copy send -> my block
 // unless in place; then for r = 1..n-1 push send to peer (rank+r)%n at my
 // block's offset (the rotation spreads the load).
 func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
-	n, me, s := e.n, e.rank, a.Stream
+	n, me := e.n, e.rank
 	myOff := uintptr(me) * chunk
 	myBlock := a.Recv + hip.DevicePtr(myOff)
 	inPlace := a.Send == myBlock
-	p, w := e.choose(a.PeerRecv, a.RecvWin, a.Recv, uintptr(n)*chunk)
-	var wOff uintptr
+	rt, err := e.route(a.PeerRecv, a.RecvWin, a.Recv, uintptr(n)*chunk)
+	if err != nil {
+		return err
+	}
 	piece := chunk
-	switch p {
-	case pathWindow:
-		var err error
-		if wOff, err = inWindow(w, a.Recv, uintptr(n)*chunk); err != nil {
-			return err
-		}
-	case pathStaged:
-		var err error
+	if rt.p == pathStaged {
 		if piece, err = e.piece(n, chunk); err != nil {
 			return err
 		}
 	}
-	e.logPath(a.Func, p, chunk, piece)
+	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		src := a.Send + hip.DevicePtr(o)
@@ -112,30 +184,10 @@ func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
 				}
 				continue
 			}
-			var dst hip.DevicePtr
-			switch p {
-			case pathGroup:
-				dst = a.PeerRecv[d] + hip.DevicePtr(myOff+o)
-			case pathWindow:
-				dst = w.PeerBase(d) + hip.DevicePtr(wOff+myOff+o)
-			default:
-				dst = e.stageWin.PeerBase(d) + hip.DevicePtr(uintptr(me)*piece)
-			}
-			e.add(dst, src, l)
+			e.add(e.pushDst(a, &rt, d, myOff+o, uintptr(me)*piece), src, l)
 		}
-		if err := e.launchRound(s, capturing, n, chunk, true); err != nil {
+		if err := e.pushRound(a, rt.p, chunk, piece, o, l, capturing); err != nil {
 			return err
-		}
-		if p == pathStaged {
-			e.resetCopies()
-			for q := range n {
-				if q != me {
-					e.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.stageBase+hip.DevicePtr(uintptr(q)*piece), l)
-				}
-			}
-			if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -153,33 +205,22 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 	n, me, s := e.n, e.rank, a.Stream
 	myOff := uintptr(me) * chunk
 	inPlace := a.Send == a.Recv
-	p, w := e.choose(a.PeerRecv, a.RecvWin, a.Recv, uintptr(n)*chunk)
-	var wOff uintptr
-	piece := chunk
-	if p == pathWindow {
-		var err error
-		if wOff, err = inWindow(w, a.Recv, uintptr(n)*chunk); err != nil {
-			return err
-		}
+	rt, err := e.route(a.PeerRecv, a.RecvWin, a.Recv, uintptr(n)*chunk)
+	if err != nil {
+		return err
 	}
-	if p != pathLocal {
-		var err error
+	piece := chunk
+	if rt.p != pathLocal {
 		if piece, err = e.piece(n, chunk); err != nil {
 			return err
 		}
 	}
-	scratch := inPlace && (p == pathGroup || p == pathWindow) && !seed.b13
-	e.logPath(a.Func, p, chunk, piece)
+	scratch := inPlace && (rt.p == pathGroup || rt.p == pathWindow) && !seed.b13
+	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		if scratch {
-			e.resetCopies()
-			for d := range n {
-				if d != me {
-					e.add(e.stageBase+hip.DevicePtr(uintptr(d)*piece), a.Send+hip.DevicePtr(uintptr(d)*chunk+o), l)
-				}
-			}
-			if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
+			if err := e.stagingCopies(s, capturing, false, a.Send, chunk, piece, o, l); err != nil {
 				return err
 			}
 		}
@@ -197,30 +238,10 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 			if scratch {
 				src = e.stageBase + hip.DevicePtr(uintptr(d)*piece)
 			}
-			var dst hip.DevicePtr
-			switch p {
-			case pathGroup:
-				dst = a.PeerRecv[d] + hip.DevicePtr(myOff+o)
-			case pathWindow:
-				dst = w.PeerBase(d) + hip.DevicePtr(wOff+myOff+o)
-			default:
-				dst = e.stageWin.PeerBase(d) + hip.DevicePtr(uintptr(me)*piece)
-			}
-			e.add(dst, src, l)
+			e.add(e.pushDst(a, &rt, d, myOff+o, uintptr(me)*piece), src, l)
 		}
-		if err := e.launchRound(s, capturing, n, chunk, true); err != nil {
+		if err := e.pushRound(a, rt.p, chunk, piece, o, l, capturing); err != nil {
 			return err
-		}
-		if p == pathStaged {
-			e.resetCopies()
-			for q := range n {
-				if q != me {
-					e.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.stageBase+hip.DevicePtr(uintptr(q)*piece), l)
-				}
-			}
-			if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -234,22 +255,17 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 	n, me, s := e.n, e.rank, a.Stream
 	root := me == a.Root
 	inPlace := root && a.Recv == a.Send+hip.DevicePtr(uintptr(a.Root)*chunk)
-	p, w := e.choose(a.PeerRecv, a.RecvWin, a.Recv, chunk)
-	var wOff uintptr
+	rt, err := e.route(a.PeerRecv, a.RecvWin, a.Recv, chunk)
+	if err != nil {
+		return err
+	}
 	piece := chunk
-	switch p {
-	case pathWindow:
-		var err error
-		if wOff, err = inWindow(w, a.Recv, chunk); err != nil {
-			return err
-		}
-	case pathStaged:
-		var err error
+	if rt.p == pathStaged {
 		if piece, err = e.piece(1, chunk); err != nil {
 			return err
 		}
 	}
-	e.logPath(a.Func, p, chunk, piece)
+	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		e.resetCopies()
@@ -264,29 +280,18 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 					}
 					continue
 				}
-				var dst hip.DevicePtr
-				switch p {
-				case pathGroup:
-					dst = a.PeerRecv[d] + hip.DevicePtr(o)
-				case pathWindow:
-					off := wOff
-					if seed.b12 && inPlace {
-						off += uintptr(d) * chunk
-					}
-					dst = w.PeerBase(d) + hip.DevicePtr(off+o)
-				default:
-					dst = e.stageWin.PeerBase(d)
+				off := o
+				if seed.b12 && inPlace && rt.p == pathWindow {
+					off += uintptr(d) * chunk
 				}
-				e.add(dst, src, l)
+				e.add(e.pushDst(a, &rt, d, off, 0), src, l)
 			}
 		}
 		if err := e.launchRound(s, capturing, n, chunk, false); err != nil {
 			return err
 		}
-		if p == pathStaged && !root {
-			e.resetCopies()
-			e.add(a.Recv+hip.DevicePtr(o), e.stageBase, l)
-			if err := e.copies(s, capturing, 0, 1); err != nil {
+		if rt.p == pathStaged && !root {
+			if err := e.copyOne(s, capturing, a.Recv+hip.DevicePtr(o), e.stageBase, l); err != nil {
 				return err
 			}
 		}
@@ -315,37 +320,31 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 	if a.PeerRecv == nil {
 		peers = nil
 	}
-	p, w := e.choose(peers, a.SendWin, a.Send, chunk)
-	var wOff uintptr
+	rt, err := e.route(peers, a.SendWin, a.Send, chunk)
+	if err != nil {
+		return err
+	}
 	piece := chunk
-	switch p {
+	switch rt.p {
 	case pathGroup:
 		if a.PeerRecv[a.Root] == 0 {
 			return result.Errorf(result.InvalidArgument, "ce Gather: NULL recv buffer on root %d", a.Root)
 		}
-	case pathWindow:
-		var err error
-		if wOff, err = inWindow(w, a.Send, chunk); err != nil {
-			return err
-		}
 	case pathStaged:
-		var err error
 		if piece, err = e.piece(1, chunk); err != nil {
 			return err
 		}
 	}
-	e.logPath(a.Func, p, chunk, piece)
+	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		src := a.Send + hip.DevicePtr(o)
-		e.resetCopies()
-		if p == pathStaged && !root {
-			e.add(e.stageBase, src, l)
-			if err := e.copies(s, capturing, 0, 1); err != nil {
+		if rt.p == pathStaged && !root {
+			if err := e.copyOne(s, capturing, e.stageBase, src, l); err != nil {
 				return err
 			}
-			e.resetCopies()
 		}
+		e.resetCopies()
 		switch {
 		case root:
 			for r := range n {
@@ -358,16 +357,16 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 					}
 					continue
 				}
-				switch p {
+				switch rt.p {
 				case pathGroup:
 					// The peers push; nothing to pull.
 				case pathWindow:
-					e.add(dst, w.PeerBase(q)+hip.DevicePtr(wOff+o), l)
+					e.add(dst, rt.w.PeerBase(q)+hip.DevicePtr(rt.wOff+o), l)
 				default:
 					e.add(dst, e.stageWin.PeerBase(q), l)
 				}
 			}
-		case p == pathGroup:
+		case rt.p == pathGroup:
 			e.slot(0)
 			e.add(a.PeerRecv[a.Root]+hip.DevicePtr(uintptr(me)*chunk+o), src, l)
 		}

@@ -18,5 +18,7 @@
 //     and Finalize's bounded wait for the last collective before it frees.
 //
 // The engine sees the device only through hip.Runtime and the communicator
-// only through Comm (comm.go); it never learns which backend runs.
+// only through Comm (comm.go) and the optional SharedMem (shared.go), by
+// which an in-process communicator keeps the internal windows' memory until
+// no rank's stream can write into it; it never learns which backend runs.
 package ce

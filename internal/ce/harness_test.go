@@ -222,6 +222,29 @@ func (r *rankEnv) get(p hip.DevicePtr, n uintptr) []byte {
 	return b
 }
 
+// captureGraph captures calls on r.s (thread-local mode) and instantiates
+// the graph. The capture is ended even when a launch fails, whose error
+// then comes first, so the stream never stays capturing.
+func (r *rankEnv) captureGraph(calls ...*Args) (hip.GraphExec, error) {
+	if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
+		return 0, err
+	}
+	var lerr error
+	for _, a := range calls {
+		if lerr = r.e.Launch(a); lerr != nil {
+			break
+		}
+	}
+	g, err := r.rt.StreamEndCapture(r.s)
+	if lerr != nil {
+		return 0, lerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return r.rt.GraphInstantiate(g)
+}
+
 func (r *rankEnv) syncStream() {
 	if err := r.rt.StreamSynchronize(r.s); err != nil {
 		panic(err)

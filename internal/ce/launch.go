@@ -88,25 +88,16 @@ func launchErr(f Func, what string, err error) error {
 // Call it before enqueuing on s work that holds collectives of this
 // communicator without going through Launch (a graph launch), so that the
 // work cannot overlap an earlier collective (B19).
-func (e *Engine) OrderBefore(s hip.Stream) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.aborted {
-		return result.Errorf(result.InvalidUsage, "ce: communicator aborted")
-	}
-	if !e.live {
-		return result.Errorf(result.InvalidUsage, "ce: the CE engine of this communicator is finalized")
-	}
-	if err := e.rt.SetDevice(e.dev); err != nil {
-		return err
-	}
-	return e.orderBefore(s, false)
-}
+func (e *Engine) OrderBefore(s hip.Stream) error { return e.orderOutside(s, true) }
 
 // OrderAfter records the end of the work just enqueued on s (a graph
 // launch) as the communicator's last collective: the next Launch on
 // another stream waits for it (B19).
-func (e *Engine) OrderAfter(s hip.Stream) error {
+func (e *Engine) OrderAfter(s hip.Stream) error { return e.orderOutside(s, false) }
+
+// orderOutside is OrderBefore (before) or OrderAfter, for work enqueued
+// outside Launch and outside any capture.
+func (e *Engine) orderOutside(s hip.Stream, before bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.aborted {
@@ -117,6 +108,9 @@ func (e *Engine) OrderAfter(s hip.Stream) error {
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return err
+	}
+	if before {
+		return e.orderBefore(s, false)
 	}
 	return e.orderAfter(s, false)
 }

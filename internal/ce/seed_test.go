@@ -43,6 +43,51 @@ func (r *rankEnv) gate(s hip.Stream) func() {
 	return func() { r.put(word, []byte{1, 0, 0, 0}) }
 }
 
+// graphOnce captures c's call, launches the graph once and checks it.
+func (r *rankEnv) graphOnce(c collCase) error {
+	p := r.prepare(c)
+	x, err := r.captureGraph(&p.args)
+	if err != nil {
+		return err
+	}
+	if err := r.rt.GraphLaunch(x, r.s); err != nil {
+		return err
+	}
+	r.syncStream()
+	return r.verify(c, p)
+}
+
+// gatesB19 blocks rank 0's stream A (r.s) or rank 1's stream B until the
+// matching release runs; the other release is nil.
+func (r *rankEnv) gatesB19(sB hip.Stream) (relA, relB func()) {
+	if r.rank == 0 {
+		return r.gate(r.s), nil
+	}
+	return nil, r.gate(sB)
+}
+
+// finishB19 ends a B19 scenario once both calls are issued: it opens the
+// gate on stream B, then the one on stream A (each after a barrier and a
+// pause, so the ungated streams run ahead), waits for both streams and
+// checks both calls.
+func (r *rankEnv) finishB19(relA, relB func(), sB hip.Stream, p1, p2 prepared) error {
+	for _, rel := range [...]func(){relB, relA} {
+		r.w.bar.wait()
+		time.Sleep(50 * time.Millisecond)
+		if rel != nil {
+			rel()
+		}
+	}
+	r.syncStream()
+	if err := r.rt.StreamSynchronize(sB); err != nil {
+		return err
+	}
+	if err := r.verify(agWin, p1); err != nil {
+		return err
+	}
+	return r.verify(agWin, p2)
+}
+
 // oneCall runs c once on every rank and returns each rank's error and
 // whether all finished within limit.
 func oneCall(t *testing.T, n int, o worldOpts, cfg Config, c collCase, limit time.Duration) ([]error, bool) {
@@ -195,29 +240,7 @@ func TestB7_MemOpBatchSplit(t *testing.T) {
 	scenario := func() ([]error, bool) {
 		w := newWorld(t, n, worldOpts{caps: &caps, devices: 4})
 		c := collCase{fn: FuncAllGather, count: 4, dtype: 0, mode: bufWindow}
-		return w.run(testCfg(), 30*time.Second, true, func(r *rankEnv) error {
-			p := r.prepare(c)
-			if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-				return err
-			}
-			lerr := r.e.Launch(&p.args)
-			g, err := r.rt.StreamEndCapture(r.s)
-			if lerr != nil {
-				return lerr
-			}
-			if err != nil {
-				return err
-			}
-			x, err := r.rt.GraphInstantiate(g)
-			if err != nil {
-				return err
-			}
-			if err := r.rt.GraphLaunch(x, r.s); err != nil {
-				return err
-			}
-			r.syncStream()
-			return r.verify(c, p)
-		})
+		return w.run(testCfg(), 30*time.Second, true, func(r *rankEnv) error { return r.graphOnce(c) })
 	}
 	requireAllOK(t)(scenario())
 	withSeed(t, &seed.b7)
@@ -236,17 +259,7 @@ func TestB8_EvenSyncsUnderCapture(t *testing.T) {
 		w := newWorld(t, 2, worldOpts{chaos: seedv})
 		return w.run(cfg, 5*time.Second, true, func(r *rankEnv) error {
 			p := r.prepare(c)
-			if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-				return err
-			}
-			if err := r.e.Launch(&p.args); err != nil {
-				return err
-			}
-			g, err := r.rt.StreamEndCapture(r.s)
-			if err != nil {
-				return err
-			}
-			x, err := r.rt.GraphInstantiate(g)
+			x, err := r.captureGraph(&p.args)
 			if err != nil {
 				return err
 			}
@@ -352,17 +365,7 @@ func TestB10_EagerSequenceStartsAt2(t *testing.T) {
 		}
 		r.syncStream()
 		r.w.bar.wait()
-		if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-			return err
-		}
-		if err := r.e.Launch(&p.args); err != nil {
-			return err
-		}
-		g, err := r.rt.StreamEndCapture(r.s)
-		if err != nil {
-			return err
-		}
-		x, err := r.rt.GraphInstantiate(g)
+		x, err := r.captureGraph(&p.args)
 		if err != nil {
 			return err
 		}
@@ -465,30 +468,8 @@ func TestB14_LegacyNullStream(t *testing.T) {
 func TestB15_InitOutsideCapture(t *testing.T) {
 	scenario := func() ([]error, bool) {
 		w := newWorld(t, 2, worldOpts{})
-		return w.run(testCfg(), 20*time.Second, true, func(r *rankEnv) error {
-			c := collCase{fn: FuncAllGather, count: 8, dtype: 0, mode: bufPlain}
-			p := r.prepare(c)
-			if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-				return err
-			}
-			lerr := r.e.Launch(&p.args)
-			g, err := r.rt.StreamEndCapture(r.s)
-			if lerr != nil {
-				return lerr
-			}
-			if err != nil {
-				return err
-			}
-			x, err := r.rt.GraphInstantiate(g)
-			if err != nil {
-				return err
-			}
-			if err := r.rt.GraphLaunch(x, r.s); err != nil {
-				return err
-			}
-			r.syncStream()
-			return r.verify(c, p)
-		})
+		c := collCase{fn: FuncAllGather, count: 8, dtype: 0, mode: bufPlain}
+		return w.run(testCfg(), 20*time.Second, true, func(r *rankEnv) error { return r.graphOnce(c) })
 	}
 	requireAllOK(t)(scenario())
 	withSeed(t, &seed.b15)
@@ -510,36 +491,14 @@ func TestB19_OrderedAcrossStreams(t *testing.T) {
 			p1 := r.prepare(agWin)
 			p2 := r.prepare(agWin)
 			p1.args.Stream, p2.args.Stream = r.s, sB
-			var relA, relB func()
-			if r.rank == 0 {
-				relA = r.gate(r.s)
-			} else {
-				relB = r.gate(sB)
-			}
+			relA, relB := r.gatesB19(sB)
 			if err := r.e.Launch(&p1.args); err != nil {
 				return err
 			}
 			if err := r.e.Launch(&p2.args); err != nil {
 				return err
 			}
-			r.w.bar.wait()
-			time.Sleep(50 * time.Millisecond)
-			if relB != nil {
-				relB()
-			}
-			r.w.bar.wait()
-			time.Sleep(50 * time.Millisecond)
-			if relA != nil {
-				relA()
-			}
-			r.syncStream()
-			if err := r.rt.StreamSynchronize(sB); err != nil {
-				return err
-			}
-			if err := r.verify(agWin, p1); err != nil {
-				return err
-			}
-			return r.verify(agWin, p2)
+			return r.finishB19(relA, relB, sB, p1, p2)
 		})
 	}
 	requireAllOK(t)(scenario())
@@ -626,27 +585,12 @@ func TestB19_GraphThenEager(t *testing.T) {
 			p1 := r.prepare(agWin)
 			p2 := r.prepare(agWin)
 			p2.args.Stream = sB
-			if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
-				return err
-			}
-			if err := r.e.Launch(&p1.args); err != nil {
-				return err
-			}
-			g, err := r.rt.StreamEndCapture(r.s)
-			if err != nil {
-				return err
-			}
-			x, err := r.rt.GraphInstantiate(g)
+			x, err := r.captureGraph(&p1.args)
 			if err != nil {
 				return err
 			}
 			r.w.bar.wait()
-			var relA, relB func()
-			if r.rank == 0 {
-				relA = r.gate(r.s)
-			} else {
-				relB = r.gate(sB)
-			}
+			relA, relB := r.gatesB19(sB)
 			if err := r.e.OrderBefore(r.s); err != nil {
 				return err
 			}
@@ -659,24 +603,7 @@ func TestB19_GraphThenEager(t *testing.T) {
 			if err := r.e.Launch(&p2.args); err != nil {
 				return err
 			}
-			r.w.bar.wait()
-			time.Sleep(50 * time.Millisecond)
-			if relB != nil {
-				relB()
-			}
-			r.w.bar.wait()
-			time.Sleep(50 * time.Millisecond)
-			if relA != nil {
-				relA()
-			}
-			r.syncStream()
-			if err := r.rt.StreamSynchronize(sB); err != nil {
-				return err
-			}
-			if err := r.verify(agWin, p1); err != nil {
-				return err
-			}
-			return r.verify(agWin, p2)
+			return r.finishB19(relA, relB, sB, p1, p2)
 		})
 	}
 	requireAllOK(t)(scenario())

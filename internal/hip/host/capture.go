@@ -225,9 +225,9 @@ func (rt *Runtime) StreamGetCaptureStatus(h hip.Stream) (hip.CaptureStatus, erro
 }
 
 // unsafeCall refuses a call CUDA forbids during capture (allocation, free,
-// synchronous copies): from any thread while a Global capture runs, from
-// the capturing thread of a ThreadLocal one. Those captures are
-// invalidated, as in CUDA.
+// synchronous copies, graph instantiation): from any thread while a Global
+// capture runs, from the capturing thread of a ThreadLocal one; a Relaxed
+// capture allows them. Those captures are invalidated, as in CUDA.
 func (rt *Runtime) unsafeCall() error {
 	if rt.nCaptures.Load() == 0 {
 		return nil
@@ -267,8 +267,15 @@ type graphExec struct {
 	starts  []uint64
 }
 
-// GraphInstantiate implements hip.Runtime.
+// GraphInstantiate implements hip.Runtime. Like cuGraphInstantiate it is
+// refused (ErrStreamCaptureUnsupported, invalidating the capture) while a
+// Global capture is open anywhere in the process or a ThreadLocal one on
+// the calling thread; callers that may run under capture instantiate
+// lazily, outside it.
 func (rt *Runtime) GraphInstantiate(gh hip.Graph) (hip.GraphExec, error) {
+	if err := rt.unsafeCall(); err != nil {
+		return 0, err
+	}
 	rt.regMu.RLock()
 	g := rt.graphs[gh]
 	rt.regMu.RUnlock()

@@ -210,3 +210,72 @@ func TestGraphLaunchesOrdered(t *testing.T) {
 	require.NoError(t, rt.StreamSynchronize(l2))
 	require.Equal(t, uint32(5), load(counter+4))
 }
+
+// cuGraphInstantiate is refused like any unsafe call during capture: a
+// Global capture forbids it on every thread, a ThreadLocal one on its own
+// thread, a Relaxed one nowhere; a refusal invalidates the capture.
+func TestGraphInstantiateUnderCapture(t *testing.T) {
+	rt := newRT(t, Config{Devices: 1})
+	lockThread()
+	defer unlockThread()
+	// An empty graph to instantiate, captured before the case's capture.
+	gs := newStream(t, rt)
+	require.NoError(t, rt.StreamBeginCapture(gs, hip.CaptureModeRelaxed))
+	g, err := rt.StreamEndCapture(gs)
+	require.NoError(t, err)
+	t.Cleanup(func() { rt.GraphDestroy(g) })
+
+	tests := []struct {
+		name        string
+		mode        hip.CaptureMode
+		otherThread bool
+		refused     bool
+	}{
+		{"global, same thread", hip.CaptureModeGlobal, false, true},
+		{"global, other thread", hip.CaptureModeGlobal, true, true},
+		{"thread-local, same thread", hip.CaptureModeThreadLocal, false, true},
+		{"thread-local, other thread", hip.CaptureModeThreadLocal, true, false},
+		{"relaxed, same thread", hip.CaptureModeRelaxed, false, false},
+		{"relaxed, other thread", hip.CaptureModeRelaxed, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lockThread() // a non-relaxed capture ends on the thread that began it
+			defer unlockThread()
+			s := newStream(t, rt)
+			require.NoError(t, rt.StreamBeginCapture(s, tc.mode))
+			instantiate := func() (hip.GraphExec, error) { return rt.GraphInstantiate(g) }
+			var x hip.GraphExec
+			if tc.otherThread {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					lockThread()
+					defer unlockThread()
+					x, err = instantiate()
+				}()
+				<-done
+			} else {
+				x, err = instantiate()
+			}
+			if tc.refused {
+				require.Equal(t, hip.ErrStreamCaptureUnsupported, err)
+				st, err := rt.StreamGetCaptureStatus(s)
+				require.NoError(t, err)
+				require.Equal(t, hip.CaptureInvalidated, st)
+				_, err = rt.StreamEndCapture(s)
+				require.Equal(t, hip.ErrStreamCaptureInvalidated, err)
+			} else {
+				require.NoError(t, err)
+				require.NoError(t, rt.GraphExecDestroy(x))
+				cg, err := rt.StreamEndCapture(s)
+				require.NoError(t, err)
+				require.NoError(t, rt.GraphDestroy(cg))
+			}
+			// Once the capture is over, instantiation works again.
+			x, err = rt.GraphInstantiate(g)
+			require.NoError(t, err)
+			require.NoError(t, rt.GraphExecDestroy(x))
+		})
+	}
+}
