@@ -48,6 +48,11 @@ type world struct {
 	rounds  map[uint64]*round
 	abortCh chan struct{}
 	abortEr error
+
+	// Engines that may still write into their peers' internal windows,
+	// and the memory of those windows already released (shared.go).
+	holds   int
+	pending []sharedAlloc
 }
 
 type round struct {

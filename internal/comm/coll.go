@@ -101,6 +101,7 @@ func (c *Comm) launchLocked(a *ce.Args) error {
 	if err != nil {
 		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
 	}
+	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
 	err = c.eng.Launch(a)
 	if cur != c.dev {
 		c.rt.SetDevice(cur)

@@ -52,6 +52,7 @@ type Comm struct {
 	cfg  Config
 	w    *world
 	boot Bootstrap
+	node *nodeState // the TCP bootstrap's state (tcpboot.go); nil in-process
 
 	mu      sync.Mutex // state transitions
 	st      atomic.Int32
@@ -122,11 +123,13 @@ func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
 	}
 	c.w = w
 	c.boot = &localBoot{w: w, rank: rank}
+	c.attachNode(&id)
 	if g := currentGroup(); g != nil {
 		g.addInit(c)
 		return c, nil
 	}
 	if err := c.runInit(); err != nil {
+		c.nodeClose()
 		return nil, err
 	}
 	return c, nil
@@ -290,13 +293,19 @@ func (c *Comm) finalizeEngineLocked() error {
 // c.mu held. Idempotent.
 func (c *Comm) releaseLocked() {
 	c.engMu.Lock()
-	if err := c.finalizeEngineLocked(); err != nil {
-		log.Warnf("rank %d: engine finalize: %v", c.rank, err)
+	ferr := c.finalizeEngineLocked()
+	if ferr != nil {
+		log.Warnf("rank %d: engine finalize: %v", c.rank, ferr)
 	}
 	c.engMu.Unlock()
 	c.winMu.Lock()
 	for _, w := range c.wins {
 		w.live.Store(false)
+		// An internal window still listed was not released by the
+		// engine (its streams did not drain): its imports stay mapped.
+		if ferr == nil && !w.internal {
+			c.unmapWindow(w)
+		}
 	}
 	c.wins = nil
 	c.regs = make(map[uintptr][2]uintptr)
@@ -347,6 +356,7 @@ func (c *Comm) Destroy() error {
 }
 
 func (c *Comm) detach() {
+	c.nodeClose()
 	if c.w == nil {
 		return
 	}
@@ -364,6 +374,9 @@ func (c *Comm) AsyncError() error {
 	defer c.mu.Unlock()
 	if c.state() == stFailed {
 		return c.initErr
+	}
+	if err := c.nodeAsyncError(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -3,8 +3,18 @@
 // inside a group), their bootstrap (behind the small Bootstrap interface:
 // allgather of bytes and barrier), ncclGroupStart/End semantics (which work is
 // deferred and when it runs), symmetric windows (registration, overlap and
-// alignment checks, peer bases, lookup), finalize/destroy/abort and the
-// asynchronous error state.
+// alignment checks, peer bases, lookup), finalize/destroy/abort, the
+// lifetime of the engines' internal windows in one process (freed when the
+// last rank's engine is gone, shared.go) and the asynchronous error state.
+//
+// Several processes of one node: an id from ncclGetUniqueId names this
+// process's TCP bootstrap root (tcproot.go); ranks rendezvous there and then
+// run their bootstrap through it (tcpboot.go; a star). Windows cross
+// processes as file descriptors passed over an abstract Unix socket
+// (fdpass.go, nodewin.go). A peer's death or a stalled collective
+// (CECOLL_TIMEOUT, watch.go) becomes an asynchronous ncclRemoteError and
+// aborts the engine; CECOLL_CHECK=1 cross-checks every collective's
+// signature on a shared board (check.go). ncclCommInitAll stays in-process.
 //
 // It implements ce.Comm and ce.Window for the engine and decides when the
 // engine runs; it never moves data itself. export/ calls it, one function per

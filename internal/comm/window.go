@@ -158,6 +158,9 @@ func (c *Comm) register(w *Window) error {
 		c.insertLocked(w)
 	}
 	c.winMu.Unlock()
+	if c.node != nil {
+		return c.registerNode(w, localErr)
+	}
 
 	var msg [17]byte
 	binary.LittleEndian.PutUint64(msg[0:], uint64(w.base))
@@ -206,6 +209,7 @@ func (c *Comm) deregister(w *Window) error {
 	}
 	w.dead = true
 	w.live.Store(false)
+	c.unmapWindow(w)
 	return nil
 }
 

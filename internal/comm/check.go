@@ -1,0 +1,277 @@
+package comm
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
+
+// CECOLL_CHECK=1: the ranks of a multi-process communicator cross-check the
+// signature of every collective without any host-side wait in the call.
+// Rank 0 creates a board (a memfd, so nothing stays on the filesystem) of
+// checkRing slots per rank and shares it through the fd socket before it
+// presents itself to the root; every rank maps it once it has the table.
+// A launch writes its descriptor into its slot for sequence s (s modulo
+// the ring) and publishes s last; a watcher goroutine per rank compares
+// each sequence once every rank has posted it, and a mismatch becomes an
+// asynchronous ncclInvalidUsage naming both sides, with the engine aborted
+// so the streams parked on the mismatched collective are released.
+
+const (
+	checkRing = 64
+	slotBytes = 64
+	// boardTag is the fd socket key of the board: never an allocation base.
+	boardTag hip.DevicePtr = 1
+)
+
+// slot is one posted descriptor; seq is written last (atomically).
+type slot struct {
+	seq     atomic.Uint64
+	fn      int32
+	dt      int32
+	root    int32
+	_       int32
+	count   uint64
+	win     int64 // registration index of the window holding the checked buffer, -1: none
+	off     uint64
+	pad     [8]byte
+	written atomic.Uint32
+	_       uint32
+}
+
+var _ [slotBytes - int(unsafe.Sizeof(slot{}))]byte
+var _ [int(unsafe.Sizeof(slot{})) - slotBytes]byte
+
+type checkBoard struct {
+	mem   []byte
+	memfd int // rank 0 only: the board's fd, published on the fd socket
+	n     int
+	next  uint64 // sequences posted by this rank (launch order)
+
+	mu     sync.RWMutex // the watcher reads under R; unmap takes W
+	closed bool
+}
+
+func checkEnabled() bool { return os.Getenv("CECOLL_CHECK") == "1" }
+
+func (b *checkBoard) at(rank int, seq uint64) *slot {
+	i := (uint64(rank)*checkRing + seq%checkRing) * slotBytes
+	return (*slot)(unsafe.Pointer(&b.mem[i]))
+}
+
+// newBoardFD creates rank 0's board and publishes it for the id's secret.
+func newBoardFD(secret uint64, n int) (int, error) {
+	fd, err := memfdCreate(uintptr(n * checkRing * slotBytes))
+	if err != nil {
+		return -1, result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
+	}
+	publishFD(secret, boardTag, fd)
+	return fd, nil
+}
+
+func mapBoard(fd, n int) (*checkBoard, error) {
+	m, err := syscall.Mmap(fd, 0, n*checkRing*slotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, result.Errorf(result.SystemError, "CECOLL_CHECK: map board: %w", err)
+	}
+	return &checkBoard{mem: m, memfd: -1, n: n}, nil
+}
+
+// setupCheck runs in the bootstrap once the table arrived: every rank maps
+// rank 0's board.
+func (c *Comm) setupCheck(b *tcpBoot) error {
+	var fd int
+	var err error
+	if c.rank == 0 {
+		fd, err = syscall.Dup(b.boardFD)
+	} else {
+		fd, err = fetchFD(b.table[0].sock, b.secret, boardTag)
+	}
+	if err != nil {
+		return result.Errorf(result.SystemError, "CECOLL_CHECK: rank %d: getting rank 0's board: %w", c.rank, err)
+	}
+	defer syscall.Close(fd)
+	board, err := mapBoard(fd, c.size)
+	if err != nil {
+		return err
+	}
+	board.memfd = b.boardFD
+	c.node.board = board
+	go c.checkWatch(board, c.node.stopWatch)
+	return nil
+}
+
+// checkPost writes this rank's descriptor of the collective being launched.
+// c.engMu held (launch order is the sequence order). Allocation-free.
+func (c *Comm) checkPost(a *ce.Args) {
+	if c.node == nil || c.node.board == nil {
+		return
+	}
+	bd := c.node.board
+	bd.next++
+	s := bd.at(c.rank, bd.next)
+	s.written.Store(0)
+	s.fn, s.dt, s.root, s.count = int32(a.Func), a.Datatype, int32(a.Root), uint64(a.Count)
+	p := a.Recv
+	if a.Func == ce.FuncGather {
+		p = a.Send // the root pulls from every peer at its send offset
+	}
+	s.win, s.off = -1, 0
+	if w, ok := c.FindWindow(p, 1); ok {
+		if cw, ok := w.(*Window); ok {
+			s.win, s.off = c.windowIndex(cw), uint64(p-cw.base)
+		}
+	}
+	s.written.Store(1)
+	s.seq.Store(bd.next)
+}
+
+// windowIndex is w's registration number, the same on every rank.
+func (c *Comm) windowIndex(w *Window) int64 {
+	c.node.mu.Lock()
+	defer c.node.mu.Unlock()
+	if i, ok := c.node.winIndex[w]; ok {
+		return i
+	}
+	return -1
+}
+
+type sig struct {
+	fn, dt, root int32
+	count        uint64
+	win          int64
+	off          uint64
+}
+
+// read returns rank's descriptor of seq, ok false while not (or no longer)
+// there.
+func (b *checkBoard) read(rank int, seq uint64) (sig, bool) {
+	s := b.at(rank, seq)
+	if s.seq.Load() != seq || s.written.Load() != 1 {
+		return sig{}, false
+	}
+	v := sig{fn: s.fn, dt: s.dt, root: s.root, count: s.count, win: s.win, off: s.off}
+	if s.seq.Load() != seq || s.written.Load() != 1 {
+		return sig{}, false
+	}
+	return v, true
+}
+
+func (v sig) String() string {
+	w := "unregistered"
+	if v.win >= 0 {
+		w = fmt.Sprintf("window #%d offset %d", v.win, v.off)
+	}
+	return fmt.Sprintf("%s count %d datatype %d root %d, %s", FuncName(ce.Func(v.fn)), v.count, v.dt, v.root, w)
+}
+
+// mismatch compares what must agree; window and offset only when both
+// ranks used a window (an unregistered buffer is staged).
+func (v sig) mismatch(o sig) bool {
+	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.root != o.root {
+		return true
+	}
+	return v.win >= 0 && o.win >= 0 && (v.win != o.win || v.off != o.off)
+}
+
+func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	next := uint64(1)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		b.mu.RLock()
+		if b.closed {
+			b.mu.RUnlock()
+			return
+		}
+		err := c.checkScan(b, &next)
+		b.mu.RUnlock()
+		if err != nil {
+			// Peers learn it through the bootstrap too (before any
+			// ncclCommAbort of ours could tell them less).
+			c.node.boot.Abort(err)
+			c.remoteFailed(err) // logs it
+			return
+		}
+	}
+}
+
+// checkScan compares every sequence all ranks have posted.
+func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
+	for {
+		seq := *next
+		mine, ok := b.read(c.rank, seq)
+		if !ok {
+			if b.at(c.rank, seq).seq.Load() > seq { // lapped: skip
+				*next++
+				continue
+			}
+			return nil
+		}
+		for r := range b.n {
+			if r == c.rank {
+				continue
+			}
+			theirs, ok := b.read(r, seq)
+			if !ok {
+				if b.at(r, seq).seq.Load() > seq {
+					continue // lapped
+				}
+				return nil // not posted yet
+			}
+			if mine.mismatch(theirs) {
+				return result.Errorf(result.InvalidUsage, "CECOLL_CHECK: collective #%d differs between ranks: rank %d issued %v; rank %d issued %v", seq, c.rank, mine, r, theirs)
+			}
+		}
+		*next++
+	}
+}
+
+// closeCheck unmaps the board (after the watcher stopped reading it).
+func (c *Comm) closeCheck() {
+	if c.node == nil || c.node.board == nil {
+		return
+	}
+	b := c.node.board
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	syscall.Munmap(b.mem)
+	if b.memfd >= 0 {
+		unpublishFD(c.node.boot.secret, boardTag)
+		syscall.Close(b.memfd)
+	}
+}
+
+// memfdCreate returns an anonymous memory file of size bytes.
+func memfdCreate(size uintptr) (int, error) {
+	name := [...]byte{'c', 'e', 'c', 'o', 'l', 'l', '-', 'c', 'h', 'e', 'c', 'k', 0}
+	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), 1 /* MFD_CLOEXEC */, 0)
+	if e != 0 {
+		return -1, e
+	}
+	if err := syscall.Ftruncate(int(fd), int64(size)); err != nil {
+		syscall.Close(int(fd))
+		return -1, err
+	}
+	return int(fd), nil
+}

@@ -1,0 +1,4 @@
+package comm
+
+// sysMemfdCreate is memfd_create's number on linux/arm64.
+const sysMemfdCreate = 279
