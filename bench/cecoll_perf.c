@@ -4,6 +4,8 @@
  * and on a GPU.
  *
  *   cecoll-perf -N 4 -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 [-o allgather] [-d uint8] [-r 0] [-R 1]
+ *   cecoll-perf -P 4 -b 8 -e 64M ...     the same with 4 processes, one rank each
+ *   cecoll-perf -B [-P 2,4,8] [-n 5]      bootstrap time of 2..8 processes
  *
  * -N ranks (one process, one thread driving all ranks inside groups), -b/-e/-f
  * per-rank chunk sizes from -b to -e by factor -f, -n iterations, -w warm-up,
@@ -11,14 +13,35 @@
  * -d datatype, -r root, -R 1 = buffers from ncclMemAlloc in registered windows
  * (zero-copy), 0 = unregistered ncclMemAlloc buffers (staged path).
  *
+ * -P procs: the parent makes the bootstrap id (ncclGetUniqueId) and starts
+ * procs copies of this program with posix_spawn (never a bare fork: the Go
+ * runtime already runs), each one rank on device rank % deviceCount; the id
+ * travels in the environment (CECOLL_PERF_ID, hex). Rank 0 prints the table;
+ * times are the slowest rank's, wrong bytes the sum over ranks (both
+ * gathered with an AllGather on the communicator). A child that fails makes
+ * the parent kill the others.
+ *
+ * -B: for each process count (2..8, or the list of -P), -n repetitions
+ * (default 5) of: spawn the processes, each calls ncclCommInitRank, reports
+ * CLOCK_MONOTONIC stamps (one clock for the whole host) up a pipe, and
+ * exits. Printed: median (min..max) of the time from the first spawn to the
+ * last process entering main, to the last ncclCommInitRank returning, and
+ * the difference (the bootstrap proper).
+ *
  * Size column: the larger of one rank's send and recv bytes (as nccl-tests);
  * time: mean per collective over back-to-back iterations; algbw = size/time;
  * busbw = algbw * (n-1)/n. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,7 +58,9 @@
     }                                                                           \
   } while (0)
 
-enum { MAXR = 64 };
+extern char** environ;
+
+enum { MAXR = 64, MAXP = 64 };
 static const char* kCollNames[] = {"allgather", "alltoall", "scatter", "gather"};
 static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[] = {
     {"int8", ncclInt8, 1},       {"uint8", ncclUint8, 1},     {"int32", ncclInt32, 4},
@@ -47,15 +72,23 @@ static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[
 static int nranks = 4, iters = 20, warmup = 5, check = 1, root = 0, registered = 1;
 static size_t minBytes = 8, maxBytes = 64 << 20, factor = 8;
 static int typeIdx = 1;
+
+/* The ranks this process drives: first..first+nlocal-1 of nranks. One
+ * process: all of them. -P: one each. */
+static int first = 0, nlocal = 4, multiproc = 0;
 static ncclComm_t comms[MAXR];
 static cudaStream_t streams[MAXR];
+static int devs[MAXR];
 
 struct bufs {
   void *send, *recv;        /* device buffers (ncclMemAlloc) */
   ncclWindow_t sw, rw;      /* windows when registered */
 };
-static struct bufs B[MAXR];
+static struct bufs B[MAXR]; /* by local index */
 static size_t bufBytes;     /* bytes of each of send and recv per rank */
+
+/* -P: a small AllGather on the communicator reduces values across ranks. */
+static void *redSend, *redRecv;
 
 static size_t parseSize(const char* s) {
   char* end;
@@ -68,75 +101,119 @@ static size_t parseSize(const char* s) {
   return (size_t)v;
 }
 
+/* CLOCK_MONOTONIC: one clock for every process of the host. */
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The buffers one rank passes for collective c, in place or not. */
-static void args(int c, int r, int inPlace, size_t chunk, const void** s, void** d) {
-  char* send = B[r].send;
-  char* recv = B[r].recv;
+/* Windows are symmetric (NCCL's contract): with an in-place root, the
+ * other ranks pass their buffer where the root's is (Scatter is placed by
+ * recv, Gather by send). Needed when the ranks' calls do not all meet in
+ * one group, i.e. with -P. */
+static int symmetricRoot(int c, int inPlace) { return multiproc && registered && inPlace && (c == 2 || c == 3); }
+
+/* The buffers global rank r (local index l) passes for collective c. */
+static void args(int c, int r, int l, int inPlace, size_t chunk, const void** s, void** d) {
+  char* send = B[l].send;
+  char* recv = B[l].recv;
+  int here = r == root || symmetricRoot(c, inPlace);
   *s = send;
   *d = recv;
   if (!inPlace) return;
   switch (c) {
     case 0: *s = recv + (size_t)r * chunk; break;                 /* allgather */
     case 1: *s = recv; break;                                     /* alltoall (cecoll stages it) */
-    case 2: if (r == root) *d = send + (size_t)root * chunk; break; /* scatter */
-    case 3: if (r == root) *s = recv + (size_t)root * chunk; break; /* gather */
+    case 2: if (here) *d = send + (size_t)root * chunk; break;    /* scatter */
+    case 3: if (here) *s = recv + (size_t)root * chunk; break;    /* gather */
   }
 }
 
 static void launch(int c, size_t count, size_t chunk, int inPlace) {
-  CHECK(ncclGroupStart());
-  for (int r = 0; r < nranks; r++) {
+  if (nlocal > 1) CHECK(ncclGroupStart());
+  for (int l = 0; l < nlocal; l++) {
+    int r = first + l;
     const void* s;
     void* d;
-    args(c, r, inPlace, chunk, &s, &d);
+    args(c, r, l, inPlace, chunk, &s, &d);
     ncclDataType_t t = kTypes[typeIdx].t;
     switch (c) {
-      case 0: CHECK(ncclAllGather(s, d, count, t, comms[r], streams[r])); break;
-      case 1: CHECK(ncclAlltoAll(s, d, count, t, comms[r], streams[r])); break;
-      case 2: CHECK(ncclScatter(s, d, count, t, root, comms[r], streams[r])); break;
-      case 3: CHECK(ncclGather(s, d, count, t, root, comms[r], streams[r])); break;
+      case 0: CHECK(ncclAllGather(s, d, count, t, comms[l], streams[l])); break;
+      case 1: CHECK(ncclAlltoAll(s, d, count, t, comms[l], streams[l])); break;
+      case 2: CHECK(ncclScatter(s, d, count, t, root, comms[l], streams[l])); break;
+      case 3: CHECK(ncclGather(s, d, count, t, root, comms[l], streams[l])); break;
     }
   }
-  CHECK(ncclGroupEnd());
+  if (nlocal > 1) CHECK(ncclGroupEnd());
 }
 
 static void syncAll(void) {
-  for (int r = 0; r < nranks; r++) CHECK(cecollStreamSynchronize(streams[r]));
+  for (int l = 0; l < nlocal; l++) CHECK(cecollStreamSynchronize(streams[l]));
+}
+
+/* Every rank's 8 bytes, through the communicator (-P only): also a barrier. */
+static void gather8(const void* mine, void* all) {
+  CHECK(cecollMemcpy(redSend, mine, 8));
+  CHECK(ncclAllGather(redSend, redRecv, 8, ncclUint8, comms[0], streams[0]));
+  CHECK(cecollStreamSynchronize(streams[0]));
+  CHECK(cecollMemcpy(all, redRecv, 8 * (size_t)nranks));
+}
+
+static long sumAcross(long v) {
+  int64_t mine = v, all[MAXP];
+  long sum = 0;
+  if (!multiproc) return v;
+  gather8(&mine, all);
+  for (int r = 0; r < nranks; r++) sum += (long)all[r];
+  return sum;
+}
+
+static double maxAcross(double v) {
+  double all[MAXP], m = v;
+  if (!multiproc) return v;
+  gather8(&v, all);
+  for (int r = 0; r < nranks; r++)
+    if (all[r] > m) m = all[r];
+  return m;
 }
 
 static unsigned char pattern(int rank, size_t i) { return (unsigned char)(rank * 131 + i * 7 + 1); }
 
-/* Fills inputs, poisons outputs, runs once, and counts wrong bytes. */
+/* Fills inputs, poisons outputs, runs once, and counts wrong bytes over
+ * every rank. */
 static long verify(int c, size_t count, size_t chunk, int inPlace) {
   size_t total = chunk * nranks;
   unsigned char* h = malloc(total ? total : 1);
   unsigned char* g = malloc(total ? total : 1);
-  for (int r = 0; r < nranks; r++) {
+  for (int l = 0; l < nlocal; l++) {
+    int r = first + l;
     /* every rank's send region holds pattern(r, i); recv is poisoned */
     for (size_t i = 0; i < total; i++) h[i] = pattern(r, i);
     memset(g, 0xA5, total);
-    CHECK(cecollMemcpy(B[r].recv, g, total));
-    CHECK(cecollMemcpy(B[r].send, h, total));
+    CHECK(cecollMemcpy(B[l].recv, g, total));
+    CHECK(cecollMemcpy(B[l].send, h, total));
     if (inPlace) {
       /* in-place inputs live in recv at the place the collective reads them */
-      if (c == 0) CHECK(cecollMemcpy((char*)B[r].recv + r * chunk, h + r * chunk, chunk));
-      if (c == 1) CHECK(cecollMemcpy(B[r].recv, h, total));
-      if (c == 3 && r == root) CHECK(cecollMemcpy((char*)B[r].recv + r * chunk, h + r * chunk, chunk));
+      if (c == 0) CHECK(cecollMemcpy((char*)B[l].recv + r * chunk, h + r * chunk, chunk));
+      if (c == 1) CHECK(cecollMemcpy(B[l].recv, h, total));
+      if (c == 3 && r == root) CHECK(cecollMemcpy((char*)B[l].recv + r * chunk, h + r * chunk, chunk));
+      /* a non-root's Gather input where the root's is: its usual bytes;
+       * its Scatter output there: poisoned */
+      if (c == 3 && r != root && symmetricRoot(c, inPlace))
+        CHECK(cecollMemcpy((char*)B[l].recv + (size_t)root * chunk, h, chunk));
+      if (c == 2 && r != root && symmetricRoot(c, inPlace))
+        CHECK(cecollMemcpy((char*)B[l].send + (size_t)root * chunk, g, chunk));
     }
   }
   launch(c, count, chunk, inPlace);
   syncAll();
   long wrong = 0;
-  for (int r = 0; r < nranks; r++) {
+  for (int l = 0; l < nlocal; l++) {
+    int r = first + l;
     const void* s;
     void* d;
-    args(c, r, inPlace, chunk, &s, &d);
+    args(c, r, l, inPlace, chunk, &s, &d);
     size_t n = (c == 0 || c == 1 || (c == 3 && r == root)) ? total : (c == 2 ? chunk : 0);
     if (n == 0) continue;
     CHECK(cecollMemcpy(g, d, n));
@@ -161,34 +238,296 @@ static long verify(int c, size_t count, size_t chunk, int inPlace) {
   }
   free(h);
   free(g);
-  return wrong;
+  return sumAcross(wrong);
 }
 
 static double timeColl(int c, size_t count, size_t chunk, int inPlace) {
   for (int i = 0; i < warmup; i++) launch(c, count, chunk, inPlace);
   syncAll();
+  (void)sumAcross(0); /* -P: every rank starts the clock together */
   double t0 = now();
   for (int i = 0; i < iters; i++) launch(c, count, chunk, inPlace);
   syncAll();
-  return (now() - t0) / iters;
+  return maxAcross((now() - t0) / iters);
 }
 
 static void usage(const char* p) {
-  fprintf(stderr, "usage: %s [-N ranks] [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1]\n", p);
+  fprintf(stderr, "usage: %s [-N ranks | -P procs] [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
+                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1]\n"
+                  "       %s -B [-P 2,3,...] [-n repetitions]\n", p, p);
   exit(2);
 }
 
+/* ---- Processes ------------------------------------------------------------ */
+
+static void idToHex(const ncclUniqueId* id, char* out) {
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+    unsigned char b = (unsigned char)id->internal[i];
+    out[2 * i] = digits[b >> 4];
+    out[2 * i + 1] = digits[b & 15];
+  }
+  out[2 * NCCL_UNIQUE_ID_BYTES] = '\0';
+}
+
+static int idFromHex(const char* hex, ncclUniqueId* id) {
+  if (!hex || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES) return -1;
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+    id->internal[i] = (char)v;
+  }
+  return 0;
+}
+
+struct child {
+  pid_t pid;
+  int fd;      /* read end of the child's fd 3 (-B), or -1 */
+  int status;
+  int done;
+};
+
+/* Starts this program again (/proc/self/exe) with argv and the environment
+ * plus extra ("K=V"), never a bare fork: the Go runtime already runs. With
+ * wantPipe the child's fd 3 is a pipe to c->fd. */
+static int spawnChild(struct child* c, char** argv, char* const extra[], int wantPipe) {
+  size_t ne = 0, nx = 0;
+  char** env;
+  int p[2] = {-1, -1}, rc;
+  posix_spawn_file_actions_t fa;
+  while (environ[ne]) ne++;
+  while (extra[nx]) nx++;
+  env = calloc(ne + nx + 1, sizeof *env);
+  if (!env) return -1;
+  for (size_t i = 0; i < nx; i++) env[i] = extra[i];
+  for (size_t i = 0, k = nx; i < ne; i++) {
+    int dup = 0;
+    for (size_t j = 0; j < nx && !dup; j++) dup = strncmp(environ[i], extra[j], strcspn(extra[j], "=") + 1) == 0;
+    if (!dup) env[k++] = environ[i];
+  }
+  posix_spawn_file_actions_init(&fa);
+  if (wantPipe) {
+    int q[2];
+    if (pipe2(q, O_CLOEXEC) != 0) return -1;
+    /* Above 3, so the dup2 onto 3 never clobbers the other end. */
+    p[0] = fcntl(q[0], F_DUPFD_CLOEXEC, 10);
+    p[1] = fcntl(q[1], F_DUPFD_CLOEXEC, 10);
+    close(q[0]);
+    close(q[1]);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 3);
+  }
+  rc = posix_spawn(&c->pid, "/proc/self/exe", &fa, NULL, argv, env);
+  posix_spawn_file_actions_destroy(&fa);
+  free(env);
+  if (p[1] >= 0) close(p[1]);
+  c->fd = p[0];
+  c->done = 0;
+  if (rc != 0) {
+    fprintf(stderr, "posix_spawn: %s\n", strerror(rc));
+    if (p[0] >= 0) close(p[0]);
+    c->pid = 0;
+    return -1;
+  }
+  return 0;
+}
+
+/* Waits for every child; the first one to fail gets the others killed (they
+ * would wait for it forever). Returns the number that failed. */
+static int waitChildren(struct child* ch, int n) {
+  int failed = 0, left = n;
+  while (left > 0) {
+    int st;
+    pid_t pid = waitpid(-1, &st, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < n; i++) {
+      if (ch[i].pid != pid || ch[i].done) continue;
+      ch[i].done = 1;
+      ch[i].status = st;
+      left--;
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        if (failed++ == 0) {
+          fprintf(stderr, "cecoll-perf: rank %d failed (%s %d): stopping the others\n", i,
+                  WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+          for (int k = 0; k < n; k++)
+            if (!ch[k].done && ch[k].pid) kill(ch[k].pid, SIGKILL);
+        }
+      }
+    }
+  }
+  return failed;
+}
+
+/* -P parent: the id, then procs copies of this program, one rank each. */
+static int runProcs(int procs, char** argv) {
+  struct child ch[MAXP];
+  ncclUniqueId id;
+  char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
+  char envId[sizeof hex + 32], envRank[48], envN[48];
+  char* extra[] = {envId, envRank, envN, NULL};
+  CHECK(ncclGetUniqueId(&id));
+  idToHex(&id, hex);
+  snprintf(envId, sizeof envId, "CECOLL_PERF_ID=%s", hex);
+  snprintf(envN, sizeof envN, "CECOLL_PERF_NRANKS=%d", procs);
+  fflush(stdout);
+  memset(ch, 0, sizeof ch);
+  for (int r = 0; r < procs; r++) {
+    snprintf(envRank, sizeof envRank, "CECOLL_PERF_RANK=%d", r);
+    if (spawnChild(&ch[r], argv, extra, 0) != 0) {
+      for (int k = 0; k < r; k++) kill(ch[k].pid, SIGKILL);
+      waitChildren(ch, r);
+      return 1;
+    }
+  }
+  return waitChildren(ch, procs) ? 1 : 0;
+}
+
+/* -B child: init, report the stamps, leave. */
+static int bootChild(int rank, int n, const ncclUniqueId* id, double tMain) {
+  ncclComm_t comm;
+  int ndev;
+  char line[128];
+  CHECK(cecollGetDeviceCount(&ndev));
+  CHECK(cecollSetDevice(rank % ndev));
+  CHECK(ncclCommInitRank(&comm, n, *id, rank));
+  double tInit = now();
+  int len = snprintf(line, sizeof line, "%d %.9f %.9f\n", rank, tMain, tInit);
+  if (write(3, line, (size_t)len) != len) return 1;
+  CHECK(ncclCommFinalize(comm));
+  CHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int cmpDouble(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Reads one stamp line from each child, until deadline. */
+static int readStamps(struct child* ch, int n, double* lastMain, double* lastInit, double deadline) {
+  char buf[MAXP][128];
+  size_t len[MAXP] = {0};
+  int got = 0, have[MAXP] = {0};
+  *lastMain = *lastInit = 0;
+  while (got < n && now() < deadline) {
+    struct pollfd p[MAXP];
+    for (int i = 0; i < n; i++) p[i] = (struct pollfd){have[i] ? -1 : ch[i].fd, POLLIN, 0};
+    if (poll(p, (nfds_t)n, 100) <= 0) continue;
+    for (int i = 0; i < n; i++) {
+      if (!(p[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t r = read(ch[i].fd, buf[i] + len[i], sizeof buf[i] - 1 - len[i]);
+      if (r <= 0) return -1; /* the child left without its stamps */
+      len[i] += (size_t)r;
+      buf[i][len[i]] = '\0';
+      if (!strchr(buf[i], '\n')) continue;
+      int rank;
+      double tm, ti;
+      if (sscanf(buf[i], "%d %lf %lf", &rank, &tm, &ti) != 3) return -1;
+      if (tm > *lastMain) *lastMain = tm;
+      if (ti > *lastInit) *lastInit = ti;
+      have[i] = 1;
+      got++;
+    }
+  }
+  return got == n ? 0 : -1;
+}
+
+/* -B parent. */
+static int runBoot(const int* counts, int ncounts, int reps, char** argv) {
+  const char* backend;
+  int failed = 0;
+  CHECK(cecollGetBackend(&backend));
+  printf("# cecoll-perf -B: bootstrap time, backend %s, %d repetitions; median (min..max) in ms\n", backend, reps);
+  printf("# %5s %22s %22s %22s %10s\n", "procs", "spawn->all in main", "spawn->all initialised", "bootstrap",
+         "getId");
+  for (int ci = 0; ci < ncounts && !failed; ci++) {
+    int n = counts[ci];
+    double tMain[64], tInit[64], tBoot[64], tId[64];
+    int ok = 0;
+    for (int rep = 0; rep < reps && rep < 64; rep++) {
+      struct child ch[MAXP];
+      ncclUniqueId id;
+      char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
+      char envId[sizeof hex + 32], envRank[48], envN[48], envBoot[] = "CECOLL_PERF_BOOT=1";
+      char* extra[] = {envId, envRank, envN, envBoot, NULL};
+      double lastMain, lastInit, t0;
+      t0 = now();
+      CHECK(ncclGetUniqueId(&id));
+      tId[ok] = now() - t0;
+      idToHex(&id, hex);
+      snprintf(envId, sizeof envId, "CECOLL_PERF_ID=%s", hex);
+      snprintf(envN, sizeof envN, "CECOLL_PERF_NRANKS=%d", n);
+      memset(ch, 0, sizeof ch);
+      fflush(stdout);
+      t0 = now();
+      for (int r = 0; r < n; r++) {
+        snprintf(envRank, sizeof envRank, "CECOLL_PERF_RANK=%d", r);
+        if (spawnChild(&ch[r], argv, extra, 1) != 0) {
+          n = r;
+          failed = 1;
+          break;
+        }
+      }
+      if (!failed && readStamps(ch, n, &lastMain, &lastInit, t0 + 120) != 0) {
+        fprintf(stderr, "cecoll-perf -B: %d processes: not every rank reported its init\n", n);
+        for (int r = 0; r < n; r++) kill(ch[r].pid, SIGKILL);
+        failed = 1;
+      }
+      if (waitChildren(ch, n)) failed = 1;
+      for (int r = 0; r < n; r++)
+        if (ch[r].fd >= 0) close(ch[r].fd);
+      if (failed) break;
+      tMain[ok] = (lastMain - t0) * 1e3;
+      tInit[ok] = (lastInit - t0) * 1e3;
+      tBoot[ok] = (lastInit - lastMain) * 1e3;
+      tId[ok] *= 1e3;
+      ok++;
+    }
+    if (failed) break;
+    double* cols[] = {tMain, tInit, tBoot};
+    printf("  %5d", n);
+    for (int k = 0; k < 3; k++) {
+      char cell[40];
+      qsort(cols[k], (size_t)ok, sizeof(double), cmpDouble);
+      snprintf(cell, sizeof cell, "%.1f (%.1f..%.1f)", cols[k][ok / 2], cols[k][0], cols[k][ok - 1]);
+      printf(" %22s", cell);
+    }
+    qsort(tId, (size_t)ok, sizeof(double), cmpDouble);
+    printf(" %10.3f\n", tId[ok / 2]);
+    fflush(stdout);
+  }
+  return failed;
+}
+
+static int parseList(const char* s, int* out, int max) {
+  int n = 0;
+  while (*s) {
+    char* end;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < 1 || v > MAXP || n == max) return -1;
+    out[n++] = (int)v;
+    if (*end && *end != ',') return -1;
+    s = *end ? end + 1 : end;
+  }
+  return n;
+}
+
 int main(int argc, char** argv) {
+  double tMain = now();
   const char* only = "all";
-  int opt;
-  while ((opt = getopt(argc, argv, "N:b:e:f:n:w:c:o:d:r:R:h")) != -1) {
+  const char* procsArg = NULL;
+  int opt, boot = 0, itersGiven = 0;
+  while ((opt = getopt(argc, argv, "N:P:Bb:e:f:n:w:c:o:d:r:R:h")) != -1) {
     switch (opt) {
       case 'N': nranks = atoi(optarg); break;
+      case 'P': procsArg = optarg; break;
+      case 'B': boot = 1; break;
       case 'b': minBytes = parseSize(optarg); break;
       case 'e': maxBytes = parseSize(optarg); break;
       case 'f': factor = parseSize(optarg); break;
-      case 'n': iters = atoi(optarg); break;
+      case 'n': iters = atoi(optarg); itersGiven = 1; break;
       case 'w': warmup = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
       case 'o': only = optarg; break;
@@ -203,66 +542,112 @@ int main(int argc, char** argv) {
       default: usage(argv[0]);
     }
   }
+
+  /* A child of -P or -B: its rank and the id come in the environment. */
+  const char* envRank = getenv("CECOLL_PERF_RANK");
+  ncclUniqueId id;
+  if (envRank) {
+    const char* envN = getenv("CECOLL_PERF_NRANKS");
+    if (!envN || idFromHex(getenv("CECOLL_PERF_ID"), &id) != 0) {
+      fprintf(stderr, "cecoll-perf: CECOLL_PERF_RANK without CECOLL_PERF_NRANKS and CECOLL_PERF_ID\n");
+      return 2;
+    }
+    nranks = atoi(envN);
+    first = atoi(envRank);
+    if (nranks < 1 || nranks > MAXP || first < 0 || first >= nranks) usage(argv[0]);
+    if (getenv("CECOLL_PERF_BOOT")) return bootChild(first, nranks, &id, tMain);
+    nlocal = 1;
+    multiproc = 1;
+  } else if (boot) {
+    int counts[MAXP], nc = 7;
+    for (int i = 0; i < nc; i++) counts[i] = i + 2;
+    if (procsArg && (nc = parseList(procsArg, counts, MAXP)) <= 0) usage(argv[0]);
+    return runBoot(counts, nc, itersGiven ? iters : 5, argv);
+  } else if (procsArg) {
+    int procs = atoi(procsArg);
+    if (procs < 1 || procs > MAXP || root < 0 || root >= procs || factor < 2 || iters < 1) usage(argv[0]);
+    return runProcs(procs, argv);
+  } else {
+    nlocal = nranks;
+  }
   if (nranks < 1 || nranks > MAXR || root < 0 || root >= nranks || factor < 2 || iters < 1) usage(argv[0]);
+  int quiet = first != 0; /* -P: rank 0 prints */
 
   const char* backend;
   int ndev;
   CHECK(cecollGetBackend(&backend));
   CHECK(cecollGetDeviceCount(&ndev));
-  int devs[MAXR];
-  for (int r = 0; r < nranks; r++) devs[r] = r % ndev;
-  CHECK(ncclCommInitAll(comms, nranks, devs));
+  for (int l = 0; l < nlocal; l++) devs[l] = (first + l) % ndev;
+  if (multiproc) {
+    CHECK(cecollSetDevice(devs[0]));
+    CHECK(ncclCommInitRank(&comms[0], nranks, id, first));
+  } else {
+    CHECK(ncclCommInitAll(comms, nranks, devs));
+  }
 
   size_t esz = kTypes[typeIdx].size;
   bufBytes = ((maxBytes + esz - 1) / esz * esz) * nranks;
-  if (registered) CHECK(ncclGroupStart());
-  for (int r = 0; r < nranks; r++) {
-    CHECK(cecollSetDevice(devs[r]));
-    CHECK(cecollStreamCreate(&streams[r]));
-    CHECK(ncclMemAlloc(&B[r].send, bufBytes));
-    CHECK(ncclMemAlloc(&B[r].recv, bufBytes));
+  if (registered && nlocal > 1) CHECK(ncclGroupStart());
+  for (int l = 0; l < nlocal; l++) {
+    CHECK(cecollSetDevice(devs[l]));
+    CHECK(cecollStreamCreate(&streams[l]));
+    CHECK(ncclMemAlloc(&B[l].send, bufBytes));
+    CHECK(ncclMemAlloc(&B[l].recv, bufBytes));
     if (registered) {
-      CHECK(ncclCommWindowRegister(comms[r], B[r].send, bufBytes, &B[r].sw, NCCL_WIN_COLL_SYMMETRIC));
-      CHECK(ncclCommWindowRegister(comms[r], B[r].recv, bufBytes, &B[r].rw, NCCL_WIN_COLL_SYMMETRIC));
+      CHECK(ncclCommWindowRegister(comms[l], B[l].send, bufBytes, &B[l].sw, NCCL_WIN_COLL_SYMMETRIC));
+      CHECK(ncclCommWindowRegister(comms[l], B[l].recv, bufBytes, &B[l].rw, NCCL_WIN_COLL_SYMMETRIC));
     }
   }
-  if (registered) CHECK(ncclGroupEnd());
+  if (registered && nlocal > 1) CHECK(ncclGroupEnd());
+  if (multiproc) {
+    CHECK(ncclMemAlloc(&redSend, 8));
+    CHECK(ncclMemAlloc(&redRecv, 8 * (size_t)nranks));
+  }
 
-  printf("# cecoll-perf: backend %s, %d ranks on %d device(s), %s buffers, type %s, root %d, iters %d, warmup %d\n",
-         backend, nranks, ndev, registered ? "registered" : "unregistered", kTypes[typeIdx].name, root, iters, warmup);
+  if (!quiet)
+    printf("# cecoll-perf: backend %s, %d ranks %s on %d device(s), %s buffers, type %s, root %d, iters %d, warmup %d\n",
+           backend, nranks, multiproc ? "in as many processes" : "in one process", ndev,
+           registered ? "registered" : "unregistered", kTypes[typeIdx].name, root, iters, warmup);
   long totalWrong = 0;
   for (int c = 0; c < 4; c++) {
     if (strcmp(only, "all") && strcmp(only, kCollNames[c])) continue;
-    printf("#\n# %s\n", kCollNames[c]);
-    printf("# %10s %12s %8s %6s %5s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "size", "count", "type", "redop",
-           "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong");
+    if (!quiet) {
+      printf("#\n# %s\n", kCollNames[c]);
+      printf("# %10s %12s %8s %6s %5s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "size", "count", "type", "redop",
+             "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong");
+    }
     for (size_t chunk = minBytes; chunk <= maxBytes; chunk *= factor) {
       size_t count = chunk / esz;
       size_t bytes = count * esz;
       size_t size = bytes * nranks;
-      printf("  %10zu %12zu %8s %6s %5d", size, count, kTypes[typeIdx].name, "none", (c >= 2) ? root : -1);
+      if (!quiet) printf("  %10zu %12zu %8s %6s %5d", size, count, kTypes[typeIdx].name, "none", (c >= 2) ? root : -1);
       for (int inPlace = 0; inPlace < 2; inPlace++) {
         long wrong = check ? verify(c, count, bytes, inPlace) : -1;
         double t = timeColl(c, count, bytes, inPlace);
         double algbw = size / t / 1e9;
         double busbw = algbw * (nranks - 1) / nranks;
-        printf("   %9.2f %8.2f %8.2f %6ld", t * 1e6, algbw, busbw, wrong);
+        if (!quiet) printf("   %9.2f %8.2f %8.2f %6ld", t * 1e6, algbw, busbw, wrong);
         if (wrong > 0) totalWrong += wrong;
       }
-      printf("\n");
+      if (!quiet) printf("\n");
       fflush(stdout);
     }
   }
-  for (int r = 0; r < nranks; r++) {
+  for (int l = 0; l < nlocal; l++) {
     if (registered) {
-      CHECK(ncclCommWindowDeregister(comms[r], B[r].sw));
-      CHECK(ncclCommWindowDeregister(comms[r], B[r].rw));
+      CHECK(ncclCommWindowDeregister(comms[l], B[l].sw));
+      CHECK(ncclCommWindowDeregister(comms[l], B[l].rw));
     }
-    CHECK(ncclMemFree(B[r].send));
-    CHECK(ncclMemFree(B[r].recv));
-    CHECK(cecollStreamDestroy(streams[r]));
-    CHECK(ncclCommDestroy(comms[r]));
+    CHECK(ncclMemFree(B[l].send));
+    CHECK(ncclMemFree(B[l].recv));
+    CHECK(cecollStreamDestroy(streams[l]));
   }
-  printf("# out of bounds values: %ld %s\n", totalWrong, totalWrong ? "FAILED" : "OK");
+  if (multiproc) {
+    CHECK(ncclMemFree(redSend));
+    CHECK(ncclMemFree(redRecv));
+    CHECK(ncclCommFinalize(comms[0]));
+  }
+  for (int l = 0; l < nlocal; l++) CHECK(ncclCommDestroy(comms[l]));
+  if (!quiet) printf("# out of bounds values: %ld %s\n", totalWrong, totalWrong ? "FAILED" : "OK");
   return totalWrong ? 1 : 0;
 }

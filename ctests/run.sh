@@ -16,6 +16,9 @@
 #                            under any seed is a bug, not a flake
 #   lsan                     a reduced set built with -fsanitize=leak
 # (caps and chaos rows run on the host device: CECOLL_BACKEND=host.)
+# test_multiproc (several processes through the TCP bootstrap; built with
+# mp_common.c) runs in the default row, caps=nopeerwrite and chaos=1 only,
+# the last two with a reduced set.
 # Then the exported-symbol check (test_symbols.sh) and the CMake package
 # check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
@@ -28,6 +31,7 @@ out="$root/build/ctests"
 CC=${CC:-gcc}
 TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
 tests="api errors allgather alltoall scatter gather"
+mptests="multiproc" # own rows; also linked with mp_common.c
 mode=all
 case "${1:-}" in
   --compile-only) mode=compile ;;
@@ -67,7 +71,8 @@ fi
 
 cflags=(-std=gnu17 -O1 -g -Wall -Werror -I"$root/include")
 if [ "$mode" = compile ]; then
-  for t in $tests; do
+  $CC "${cflags[@]}" -fsyntax-only "$here/mp_common.c" || record "compile mp_common.c" FAIL ""
+  for t in $tests $mptests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
       record "compile test_$t" PASS "syntax only"
     else
@@ -88,12 +93,13 @@ fi
 # ---- Build -------------------------------------------------------------------
 link=(-L"$libdir" -lcecoll -Wl,-rpath,"$libdir" -lpthread)
 build() { # $1 test, $2 output dir, rest: extra flags
-  local t=$1 dir=$2
+  local t=$1 dir=$2 extra=()
   shift 2
   mkdir -p "$dir"
-  $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${link[@]}" 2>"$dir/test_$t.build.log"
+  case " $mptests " in *" $t "*) extra=("$here/mp_common.c") ;; esac
+  $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${extra[@]}" "${link[@]}" 2>"$dir/test_$t.build.log"
 }
-for t in $tests; do
+for t in $tests $mptests; do
   if build "$t" "$out"; then
     record "build test_$t" PASS ""
   else
@@ -173,8 +179,15 @@ run_one() {
 full_args=()
 reduced_args=(-r 1,2,3,4,9 -c 0,1,7,1001 -l 0 -g 2)
 lsan_args=(-r 2,3,9 -c 0,7 -l 0 -g 2 -q)
+# test_multiproc has its own options (ctests/README.md): the reduced rows
+# keep every data path and the kills, and leave the bootstrap refusals
+# (which neither caps nor chaos touch) to the default row.
+mp_reduced_args=(-c 0,7,1M -q -X data_n2,data_n3,data_n4,data_n8,data_2x2,control_1x3,kill_rank2,kill_parked,abort_parked)
 
 for t in $tests; do
+  run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
+done
+for t in $mptests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
 done
 if [ "$mode" = all ]; then
@@ -182,11 +195,21 @@ if [ "$mode" = all ]; then
     for t in $tests; do
       run_one "caps=$cap" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CAPS=$cap -- "${reduced_args[@]}"
     done
+    if [ "$cap" = nopeerwrite ]; then
+      for t in $mptests; do
+        run_one "caps=$cap" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CAPS=$cap -- "${mp_reduced_args[@]}"
+      done
+    fi
   done
   for seed in 1 2 3; do
     for t in $tests; do
       run_one "chaos=$seed" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=$seed -- "${reduced_args[@]}"
     done
+    if [ "$seed" = 1 ]; then
+      for t in $mptests; do
+        run_one "chaos=$seed" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=$seed -- "${mp_reduced_args[@]}"
+      done
+    fi
   done
   if [ "$lsan" -eq 1 ]; then
     for t in $tests; do
