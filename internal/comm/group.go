@@ -67,22 +67,31 @@ func GroupStart() error {
 // GroupEnd is ncclGroupEnd: the outermost one runs the deferred work and
 // returns its first error.
 func GroupEnd() error {
+	g, err := closeLevel("ncclGroupEnd")
+	if g == nil {
+		return err
+	}
+	return g.run()
+}
+
+// closeLevel closes one group level of the calling thread. It returns the
+// group once its outermost level closed (the caller then owns its deferred
+// work), else nil and an error only when the thread had no group open.
+func closeLevel(call string) (*group, error) {
 	tid := syscall.Gettid()
 	groups.Lock()
+	defer groups.Unlock()
 	g := groups.m[tid]
 	if g == nil {
-		groups.Unlock()
-		return result.Errorf(result.InvalidUsage, "ncclGroupEnd without ncclGroupStart on this thread")
+		return nil, result.Errorf(result.InvalidUsage, "%s without ncclGroupStart on this thread", call)
 	}
 	g.depth--
 	if g.depth > 0 {
-		groups.Unlock()
-		return nil
+		return nil, nil
 	}
 	delete(groups.m, tid)
 	openGroups.Add(-1)
-	groups.Unlock()
-	return g.run()
+	return g, nil
 }
 
 // run executes a finished group: creations, ncclCeInit and registrations
@@ -204,22 +213,14 @@ func (g *group) launch() []error {
 // so the thread's later calls are not deferred forever. The outermost level
 // drops the deferred work; communicators it would have created fail.
 func GroupSimulateEnd() error {
-	refused := result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd: cecoll has no performance model to simulate a group with; the group's deferred work was dropped")
-	tid := syscall.Gettid()
-	groups.Lock()
-	g := groups.m[tid]
-	if g == nil {
-		groups.Unlock()
-		return result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd without ncclGroupStart on this thread")
+	g, err := closeLevel("ncclGroupSimulateEnd")
+	if err != nil {
+		return err
 	}
-	g.depth--
-	if g.depth > 0 {
-		groups.Unlock()
+	refused := result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd: cecoll has no performance model to simulate a group with; the group's deferred work was dropped")
+	if g == nil {
 		return refused
 	}
-	delete(groups.m, tid)
-	openGroups.Add(-1)
-	groups.Unlock()
 	for _, c := range g.inits {
 		c.mu.Lock()
 		c.initErr = refused
