@@ -1,6 +1,8 @@
 # cecoll: build, run, test, install.
 #   make          build/libcecoll.so and build/include/
-#   make run      the main job: all four collectives on 4 ranks (host device, or the GPU where present)
+#   make run      the main job: all four collectives on 4 ranks (host device, or the GPU where present),
+#                 with build/perf.json and the plot build/perf.png
+#   make plot     the same sweep, rendered by build/cecoll-plot as a separate step (needs Go's module proxy once)
 #   make test     Go tests (host device, with and without chaos, -race), then the C tests
 #   make install  PREFIX=/usr/local
 
@@ -12,11 +14,15 @@ LIB     := $(BUILD)/libcecoll.so
 GOFILES := $(shell find export internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 CFILES  := $(wildcard export/*.c export/*.h) export/exports.map include/nccl.h include/nccl_ce.h
 PERF    := $(BUILD)/cecoll-perf
+# cecoll-plot is its own Go module (tools/plot/go.mod): gonum/plot stays out of the library's go.mod.
+PLOT    := $(BUILD)/cecoll-plot
+# make run / make plot: a short sweep of the four collectives on 4 ranks.
+RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run test test-go test-race test-chaos test-c install clean
+.PHONY: all run plot test test-go test-race test-chaos test-c install clean
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -32,8 +38,19 @@ $(BUILD)/include/%.h: include/%.h
 $(PERF): bench/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
-run: all $(PERF)
-	$(PERF) -N 4 -b 8 -e 64M -f 8 -n 20 -w 5 -c 1
+$(PLOT): $(wildcard tools/plot/*.go) tools/plot/go.mod tools/plot/go.sum
+	@mkdir -p $(BUILD)
+	cd tools/plot && $(GO) build -o ../../$@ .
+
+# cecoll-perf runs build/cecoll-plot itself for --plot.
+run: all $(PERF) $(PLOT)
+	$(PERF) $(RUN_ARGS) --json $(BUILD)/perf.json --plot $(BUILD)/perf.png
+	@echo "plot: $(BUILD)/perf.png"
+
+plot: all $(PERF) $(PLOT)
+	$(PERF) $(RUN_ARGS) --json $(BUILD)/perf.json
+	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
+	@echo "plot: $(BUILD)/perf.png"
 
 test: test-go test-race test-chaos test-c
 	@echo "make test: all parts passed"

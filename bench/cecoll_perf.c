@@ -6,12 +6,36 @@
  *   cecoll-perf -N 4 -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 [-o allgather] [-d uint8] [-r 0] [-R 1]
  *   cecoll-perf -P 4 -b 8 -e 64M ...     the same with 4 processes, one rank each
  *   cecoll-perf -B [-P 2,4,8] [-n 5]      bootstrap time of 2..8 processes
+ *   cecoll-perf -N 4 -G ...               time graph replays instead of calls
+ *   cecoll-perf ... --json FILE [--plot FILE.png]
  *
  * -N ranks (one process, one thread driving all ranks inside groups), -b/-e/-f
  * per-rank chunk sizes from -b to -e by factor -f, -n iterations, -w warm-up,
  * -c check data, -o one collective (allgather|alltoall|scatter|gather|all),
  * -d datatype, -r root, -R 1 = buffers from ncclMemAlloc in registered windows
  * (zero-copy), 0 = unregistered ncclMemAlloc buffers (staged path).
+ *
+ * -G: for each size and placement, every local rank's stream is captured
+ * once (cecollStreamBeginCapture/EndCapture around one call of every rank,
+ * in one group), and the replays (cecollGraphLaunch) are checked and timed.
+ *
+ * Copy ceiling: before the sweep, one process times cecollMemcpy between two
+ * ncclMemAlloc buffers on device 0 (the largest per-rank buffer of the
+ * sweep, clamped to 64..256 MiB; one warm-up, best of 5). cecollMemcpy is
+ * the only copy the helpers offer, and it is synchronous, so the figure
+ * includes one launch and one host wait per copy (negligible at that size).
+ * It counts bytes copied, not bytes read plus written. For each size of at
+ * least 1 MiB the column %ceil is the rate at which all ranks together copy
+ * (AllGather and AlltoAll n*n*chunk, Scatter and Gather n*chunk; in place the
+ * n resp. 1 local chunks that stay put are not counted) over that ceiling.
+ *
+ * A progress line ("[allgather 3/8 sizes]") goes to stderr while a sweep
+ * runs, only when stderr is a terminal.
+ *
+ * --json FILE writes every row, the ceiling and the backend as JSON (the
+ * input of tools/plot). --plot FILE.png then runs cecoll-plot, looked up next
+ * to this binary (make builds it as build/cecoll-plot), on that JSON; without
+ * --json the JSON goes to FILE.png.json.
  *
  * -P procs: the parent makes the bootstrap id (ncclGetUniqueId) and starts
  * procs copies of this program with posix_spawn (never a bare fork: the Go
@@ -30,10 +54,12 @@
  *
  * Size column: the larger of one rank's send and recv bytes (as nccl-tests);
  * time: mean per collective over back-to-back iterations; algbw = size/time;
- * busbw = algbw * (n-1)/n. */
+ * busbw = algbw * (n-1)/n. With -G, time is per replay of every rank's graph. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -72,6 +98,9 @@ static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[
 static int nranks = 4, iters = 20, warmup = 5, check = 1, root = 0, registered = 1;
 static size_t minBytes = 8, maxBytes = 64 << 20, factor = 8;
 static int typeIdx = 1;
+static int graphMode = 0;
+static const char *jsonPath = NULL, *plotPath = NULL;
+static int procsCount = 1; /* processes of the run, for the JSON */
 
 /* The ranks this process drives: first..first+nlocal-1 of nranks. One
  * process: all of them. -P: one each. */
@@ -85,6 +114,7 @@ struct bufs {
   ncclWindow_t sw, rw;      /* windows when registered */
 };
 static struct bufs B[MAXR]; /* by local index */
+static cecollGraph_t graphs[MAXR]; /* -G: the captured call of each local rank */
 static size_t bufBytes;     /* bytes of each of send and recv per rank */
 
 /* -P: a small AllGather on the communicator reduces values across ranks. */
@@ -148,6 +178,40 @@ static void launch(int c, size_t count, size_t chunk, int inPlace) {
   if (nlocal > 1) CHECK(ncclGroupEnd());
 }
 
+/* -G: one call of every local rank captured, each on its own stream; the
+ * calls still meet in one group, as launch issues them. */
+static void capture(int c, size_t count, size_t chunk, int inPlace) {
+  for (int l = 0; l < nlocal; l++) {
+    CHECK(cecollSetDevice(devs[l]));
+    CHECK(cecollStreamBeginCapture(streams[l]));
+  }
+  launch(c, count, chunk, inPlace);
+  for (int l = 0; l < nlocal; l++) {
+    CHECK(cecollSetDevice(devs[l]));
+    CHECK(cecollStreamEndCapture(streams[l], &graphs[l]));
+  }
+}
+
+static void dropGraphs(void) {
+  for (int l = 0; l < nlocal; l++) {
+    CHECK(cecollGraphDestroy(graphs[l]));
+    graphs[l] = NULL;
+  }
+}
+
+/* One collective: a call of every local rank, or with -G a replay of each
+ * rank's captured graph. */
+static void runOnce(int c, size_t count, size_t chunk, int inPlace) {
+  if (!graphMode) {
+    launch(c, count, chunk, inPlace);
+    return;
+  }
+  for (int l = 0; l < nlocal; l++) {
+    CHECK(cecollSetDevice(devs[l]));
+    CHECK(cecollGraphLaunch(graphs[l], streams[l]));
+  }
+}
+
 static void syncAll(void) {
   for (int l = 0; l < nlocal; l++) CHECK(cecollStreamSynchronize(streams[l]));
 }
@@ -206,7 +270,7 @@ static long verify(int c, size_t count, size_t chunk, int inPlace) {
         CHECK(cecollMemcpy((char*)B[l].send + (size_t)root * chunk, g, chunk));
     }
   }
-  launch(c, count, chunk, inPlace);
+  runOnce(c, count, chunk, inPlace);
   syncAll();
   long wrong = 0;
   for (int l = 0; l < nlocal; l++) {
@@ -242,18 +306,163 @@ static long verify(int c, size_t count, size_t chunk, int inPlace) {
 }
 
 static double timeColl(int c, size_t count, size_t chunk, int inPlace) {
-  for (int i = 0; i < warmup; i++) launch(c, count, chunk, inPlace);
+  for (int i = 0; i < warmup; i++) runOnce(c, count, chunk, inPlace);
   syncAll();
   (void)sumAcross(0); /* -P: every rank starts the clock together */
   double t0 = now();
-  for (int i = 0; i < iters; i++) launch(c, count, chunk, inPlace);
+  for (int i = 0; i < iters; i++) runOnce(c, count, chunk, inPlace);
   syncAll();
   return maxAcross((now() - t0) / iters);
 }
 
+/* ---- Copy ceiling, rows, JSON, plot --------------------------------------- */
+
+static double ceilBps = 0;   /* bytes copied per second by one large copy */
+static size_t ceilBytes = 0; /* bytes of that copy */
+
+/* One large device-to-device cecollMemcpy on the calling thread's device:
+ * one warm-up (first touch of the pages), then the best of 5. */
+static void measureCeiling(size_t want) {
+  const size_t lo = (size_t)64 << 20, hi = (size_t)256 << 20;
+  void *a, *b;
+  double best = 0;
+  ceilBytes = want < lo ? lo : want > hi ? hi : want;
+  CHECK(ncclMemAlloc(&a, ceilBytes));
+  CHECK(ncclMemAlloc(&b, ceilBytes));
+  CHECK(cecollMemset(a, 1, ceilBytes));
+  CHECK(cecollMemset(b, 2, ceilBytes));
+  CHECK(cecollMemcpy(b, a, ceilBytes));
+  for (int i = 0; i < 5; i++) {
+    double t0 = now();
+    CHECK(cecollMemcpy(b, a, ceilBytes));
+    double bps = ceilBytes / (now() - t0);
+    if (bps > best) best = bps;
+  }
+  CHECK(ncclMemFree(a));
+  CHECK(ncclMemFree(b));
+  ceilBps = best;
+}
+
+/* Bytes that all ranks of collective c copy together, per the copies the
+ * engine issues: in place the chunks already where they belong are not
+ * copied (AllGather's and AlltoAll's own chunk on every rank, the root's
+ * own chunk of Scatter and Gather). */
+static double copiedBytes(int c, size_t chunk, int inPlace) {
+  double n = nranks, k = (double)chunk;
+  if (c <= 1) return (inPlace ? n * (n - 1) : n * n) * k;
+  return (inPlace ? n - 1 : n) * k;
+}
+
+static const size_t kCeilMinSize = 1 << 20; /* %ceil from this size column on */
+
+struct row {
+  int coll, inPlace;
+  size_t size, count;
+  double timeUs, algbw, busbw, ceilFrac; /* ceilFrac < 0: not given */
+  long wrong;                            /* -1: not checked */
+};
+static struct row* rows;
+static size_t nrows, caprows;
+
+static void addRow(struct row r) {
+  if (nrows == caprows) {
+    caprows = caprows ? 2 * caprows : 64;
+    rows = realloc(rows, caprows * sizeof *rows);
+    if (!rows) {
+      fprintf(stderr, "cecoll-perf: out of memory\n");
+      exit(1);
+    }
+  }
+  rows[nrows++] = r;
+}
+
+/* Non-finite values (a zero time) become null: JSON has no inf or nan. */
+static void jsonNum(FILE* f, double v, const char* fmt) {
+  if (v != v || v > 1e300 || v < -1e300)
+    fputs("null", f);
+  else
+    fprintf(f, fmt, v);
+}
+
+static int writeJson(const char* path, const char* backend, int ndev) {
+  FILE* f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "cecoll-perf: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  fprintf(f, "{\n  \"tool\": \"cecoll-perf\",\n  \"backend\": \"%s\",\n  \"devices\": %d,\n", backend, ndev);
+  fprintf(f, "  \"nranks\": %d,\n  \"procs\": %d,\n  \"graph\": %s,\n  \"registered\": %s,\n", nranks, procsCount,
+          graphMode ? "true" : "false", registered ? "true" : "false");
+  fprintf(f, "  \"type\": \"%s\",\n  \"iters\": %d,\n  \"warmup\": %d,\n", kTypes[typeIdx].name, iters, warmup);
+  fprintf(f, "  \"ceiling\": {\"bytes_per_s\": ");
+  jsonNum(f, ceilBps, "%.6g");
+  fprintf(f, ", \"gbps\": ");
+  jsonNum(f, ceilBps / 1e9, "%.4f");
+  fprintf(f, ", \"copy_bytes\": %zu, \"method\": \"cecollMemcpy device-to-device, best of 5\"},\n", ceilBytes);
+  fprintf(f, "  \"rows\": [");
+  for (size_t i = 0; i < nrows; i++) {
+    const struct row* r = &rows[i];
+    fprintf(f, "%s\n    {\"collective\": \"%s\", \"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"root\": %d, ",
+            i ? "," : "", kCollNames[r->coll], r->size, r->count, kTypes[typeIdx].name, r->coll >= 2 ? root : -1);
+    fprintf(f, "\"nranks\": %d, \"procs\": %d, \"in_place\": %s, \"time_us\": ", nranks, procsCount,
+            r->inPlace ? "true" : "false");
+    jsonNum(f, r->timeUs, "%.3f");
+    fprintf(f, ", \"algbw\": ");
+    jsonNum(f, r->algbw, "%.4f");
+    fprintf(f, ", \"busbw\": ");
+    jsonNum(f, r->busbw, "%.4f");
+    if (r->wrong < 0)
+      fprintf(f, ", \"wrong\": null");
+    else
+      fprintf(f, ", \"wrong\": %ld", r->wrong);
+    fprintf(f, ", \"ceil_fraction\": ");
+    if (r->ceilFrac < 0)
+      fputs("null", f);
+    else
+      jsonNum(f, r->ceilFrac, "%.4f");
+    fputc('}', f);
+  }
+  fprintf(f, "\n  ]\n}\n");
+  if (fclose(f) != 0) {
+    fprintf(stderr, "cecoll-perf: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Runs cecoll-plot from this binary's directory on the JSON, with
+ * posix_spawn (never a bare fork: the Go runtime runs here). */
+static int runPlot(const char* json, const char* png) {
+  char self[4096], tool[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  pid_t pid;
+  int st, rc;
+  if (n <= 0) {
+    fprintf(stderr, "cecoll-perf: /proc/self/exe: %s\n", strerror(errno));
+    return -1;
+  }
+  self[n] = '\0';
+  snprintf(tool, sizeof tool, "%s/cecoll-plot", dirname(self));
+  if (access(tool, X_OK) != 0) {
+    fprintf(stderr, "cecoll-perf: --plot needs %s (build it with: make build/cecoll-plot)\n", tool);
+    return -1;
+  }
+  char* argv[] = {tool, "-in", (char*)json, "-out", (char*)png, NULL};
+  fflush(stdout);
+  rc = posix_spawn(&pid, tool, NULL, NULL, argv, environ);
+  if (rc != 0) {
+    fprintf(stderr, "cecoll-perf: posix_spawn %s: %s\n", tool, strerror(rc));
+    return -1;
+  }
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
 static void usage(const char* p) {
   fprintf(stderr, "usage: %s [-N ranks | -P procs] [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1]\n"
+                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1] [-G]\n"
+                  "       [--json FILE] [--plot FILE.png]\n"
                   "       %s -B [-P 2,3,...] [-n repetitions]\n", p, p);
   exit(2);
 }
@@ -365,8 +574,11 @@ static int runProcs(int procs, char** argv) {
   struct child ch[MAXP];
   ncclUniqueId id;
   char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
-  char envId[sizeof hex + 32], envRank[48], envN[48];
-  char* extra[] = {envId, envRank, envN, NULL};
+  char envId[sizeof hex + 32], envRank[48], envN[48], envCeil[96];
+  char* extra[] = {envId, envRank, envN, envCeil, NULL};
+  /* The ceiling is measured here, before any rank runs, and handed down. */
+  measureCeiling(bufBytes);
+  snprintf(envCeil, sizeof envCeil, "CECOLL_PERF_CEIL=%.17g %zu", ceilBps, ceilBytes);
   CHECK(ncclGetUniqueId(&id));
   idToHex(&id, hex);
   snprintf(envId, sizeof envId, "CECOLL_PERF_ID=%s", hex);
@@ -519,8 +731,13 @@ int main(int argc, char** argv) {
   const char* only = "all";
   const char* procsArg = NULL;
   int opt, boot = 0, itersGiven = 0;
-  while ((opt = getopt(argc, argv, "N:P:Bb:e:f:n:w:c:o:d:r:R:h")) != -1) {
+  static const struct option longOpts[] = {
+      {"json", required_argument, NULL, 'J'}, {"plot", required_argument, NULL, 'p'}, {NULL, 0, NULL, 0}};
+  while ((opt = getopt_long(argc, argv, "N:P:Bb:e:f:n:w:c:o:d:r:R:Gh", longOpts, NULL)) != -1) {
     switch (opt) {
+      case 'G': graphMode = 1; break;
+      case 'J': jsonPath = optarg; break;
+      case 'p': plotPath = optarg; break;
       case 'N': nranks = atoi(optarg); break;
       case 'P': procsArg = optarg; break;
       case 'B': boot = 1; break;
@@ -558,6 +775,12 @@ int main(int argc, char** argv) {
     if (getenv("CECOLL_PERF_BOOT")) return bootChild(first, nranks, &id, tMain);
     nlocal = 1;
     multiproc = 1;
+    procsCount = nranks;
+    const char* envCeil = getenv("CECOLL_PERF_CEIL");
+    if (!envCeil || sscanf(envCeil, "%lf %zu", &ceilBps, &ceilBytes) != 2) {
+      fprintf(stderr, "cecoll-perf: CECOLL_PERF_CEIL missing or malformed\n");
+      return 2;
+    }
   } else if (boot) {
     int counts[MAXP], nc = 7;
     for (int i = 0; i < nc; i++) counts[i] = i + 2;
@@ -566,6 +789,8 @@ int main(int argc, char** argv) {
   } else if (procsArg) {
     int procs = atoi(procsArg);
     if (procs < 1 || procs > MAXP || root < 0 || root >= procs || factor < 2 || iters < 1) usage(argv[0]);
+    size_t esz = kTypes[typeIdx].size;
+    bufBytes = ((maxBytes + esz - 1) / esz * esz) * (size_t)procs;
     return runProcs(procs, argv);
   } else {
     nlocal = nranks;
@@ -602,34 +827,66 @@ int main(int argc, char** argv) {
   if (multiproc) {
     CHECK(ncclMemAlloc(&redSend, 8));
     CHECK(ncclMemAlloc(&redRecv, 8 * (size_t)nranks));
+  } else {
+    CHECK(cecollSetDevice(devs[0]));
+    measureCeiling(bufBytes);
   }
+  if (plotPath && !jsonPath) {
+    static char derived[4200];
+    snprintf(derived, sizeof derived, "%s.json", plotPath);
+    jsonPath = derived;
+  }
+  int progress = !quiet && isatty(2);
 
   if (!quiet)
     printf("# cecoll-perf: backend %s, %d ranks %s on %d device(s), %s buffers, type %s, root %d, iters %d, warmup %d\n",
            backend, nranks, multiproc ? "in as many processes" : "in one process", ndev,
            registered ? "registered" : "unregistered", kTypes[typeIdx].name, root, iters, warmup);
+  if (!quiet)
+    printf("# copy ceiling: %.2f GB/s (one %zu MiB device-to-device cecollMemcpy on device %d, best of 5; bytes "
+           "copied, not read+written)%s\n",
+           ceilBps / 1e9, ceilBytes >> 20, multiproc ? 0 : devs[0], graphMode ? "; -G: times are graph replays" : "");
   long totalWrong = 0;
+  int nsizes = 0;
+  for (size_t chunk = minBytes; chunk <= maxBytes; chunk *= factor) nsizes++;
   for (int c = 0; c < 4; c++) {
     if (strcmp(only, "all") && strcmp(only, kCollNames[c])) continue;
     if (!quiet) {
       printf("#\n# %s\n", kCollNames[c]);
-      printf("# %10s %12s %8s %6s %5s   %9s %8s %8s %6s   %9s %8s %8s %6s\n", "size", "count", "type", "redop",
-             "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong");
+      printf("# %10s %12s %8s %6s %5s   %9s %8s %8s %6s %6s   %9s %8s %8s %6s %6s\n", "size", "count", "type",
+             "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "%ceil", "time(us)", "algbw", "busbw",
+             "#wrong", "%ceil");
     }
+    int si = 0;
     for (size_t chunk = minBytes; chunk <= maxBytes; chunk *= factor) {
       size_t count = chunk / esz;
       size_t bytes = count * esz;
       size_t size = bytes * nranks;
-      if (!quiet) printf("  %10zu %12zu %8s %6s %5d", size, count, kTypes[typeIdx].name, "none", (c >= 2) ? root : -1);
+      struct row r2[2];
+      if (progress) fprintf(stderr, "\r[%s %d/%d sizes]", kCollNames[c], ++si, nsizes);
       for (int inPlace = 0; inPlace < 2; inPlace++) {
+        if (graphMode) capture(c, count, bytes, inPlace);
         long wrong = check ? verify(c, count, bytes, inPlace) : -1;
         double t = timeColl(c, count, bytes, inPlace);
+        if (graphMode) dropGraphs();
         double algbw = size / t / 1e9;
-        double busbw = algbw * (nranks - 1) / nranks;
-        if (!quiet) printf("   %9.2f %8.2f %8.2f %6ld", t * 1e6, algbw, busbw, wrong);
+        double frac = size >= kCeilMinSize && ceilBps > 0 ? copiedBytes(c, bytes, inPlace) / t / ceilBps : -1;
+        r2[inPlace] = (struct row){c, inPlace, size, count, t * 1e6, algbw, algbw * (nranks - 1) / nranks, frac, wrong};
         if (wrong > 0) totalWrong += wrong;
       }
-      if (!quiet) printf("\n");
+      if (progress) fprintf(stderr, "\r\033[K");
+      if (!quiet) {
+        printf("  %10zu %12zu %8s %6s %5d", size, count, kTypes[typeIdx].name, "none", (c >= 2) ? root : -1);
+        for (int k = 0; k < 2; k++) {
+          printf("   %9.2f %8.2f %8.2f %6ld", r2[k].timeUs, r2[k].algbw, r2[k].busbw, r2[k].wrong);
+          if (r2[k].ceilFrac < 0)
+            printf(" %6s", "-");
+          else
+            printf(" %6.1f", 100 * r2[k].ceilFrac);
+          addRow(r2[k]);
+        }
+        printf("\n");
+      }
       fflush(stdout);
     }
   }
@@ -649,5 +906,11 @@ int main(int argc, char** argv) {
   }
   for (int l = 0; l < nlocal; l++) CHECK(ncclCommDestroy(comms[l]));
   if (!quiet) printf("# out of bounds values: %ld %s\n", totalWrong, totalWrong ? "FAILED" : "OK");
-  return totalWrong ? 1 : 0;
+  int outErr = 0;
+  if (!quiet && jsonPath) {
+    outErr = writeJson(jsonPath, backend, ndev) != 0;
+    if (!outErr && plotPath) outErr = runPlot(jsonPath, plotPath) != 0;
+  }
+  free(rows);
+  return totalWrong || outErr ? 1 : 0;
 }
