@@ -30,7 +30,7 @@ libdir=$(cd "$(dirname "$lib")" 2>/dev/null && pwd)
 out="$root/build/ctests"
 CC=${CC:-gcc}
 TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
-tests="api errors allgather alltoall scatter gather"
+tests="api errors env allgather alltoall scatter gather"
 mptests="multiproc" # own rows; also linked with mp_common.c
 mode=all
 case "${1:-}" in

@@ -4,6 +4,7 @@
  * pncclX is the function and ncclX a weak alias of it. Error strings, the
  * version and the last-error buffer live here, in C, so every string handed
  * to a caller has static lifetime. */
+#include <pthread.h>
 #include <string.h>
 
 #include "nccl.h"
@@ -23,10 +24,16 @@ void xlast_set(const char* text, size_t n) {
 
 /* ---- forwarding ------------------------------------------------------------ */
 
+/* The first call into Go copies the C environment into the Go runtime's,
+ * which otherwise only knows the environment of exec time (env.go). */
+static pthread_once_t xenv_once = PTHREAD_ONCE_INIT;
+static void xenv_sync(void) { goexp_cecollSyncEnv(); }
+#define XENV() pthread_once(&xenv_once, xenv_sync)
+
 #define XALIAS(name) __attribute__((weak, alias("p" #name)))
 
 #define XFWD(name, params, args)                           \
-  ncclResult_t p##name params { return goexp_##name args; } \
+  ncclResult_t p##name params { XENV(); return goexp_##name args; } \
   ncclResult_t name params XALIAS(name);
 
 XFWD(ncclMemAlloc, (void** ptr, size_t size), (ptr, size))
@@ -146,42 +153,42 @@ const char* ncclGetLastError(ncclComm_t comm) XALIAS(ncclGetLastError);
 
 /* ---- nccl_ce.h ------------------------------------------------------------- */
 
-ncclResult_t ncclCeInit(ncclComm_t comm) { return goexp_ncclCeInit(comm); }
-ncclResult_t ncclCeFinalize(ncclComm_t comm) { return goexp_ncclCeFinalize(comm); }
+ncclResult_t ncclCeInit(ncclComm_t comm) { XENV(); return goexp_ncclCeInit(comm); }
+ncclResult_t ncclCeFinalize(ncclComm_t comm) { XENV(); return goexp_ncclCeFinalize(comm); }
 int ncclCeImplemented(ncclFunc_t coll, int redOp, ncclDataType_t type) {
-  return goexp_ncclCeImplemented(coll, redOp, type);
+  XENV(); return goexp_ncclCeImplemented(coll, redOp, type);
 }
 ncclResult_t ncclLaunchCeColl(ncclComm_t comm, const struct ncclCeCollArgs* args, cudaStream_t stream) {
-  return goexp_ncclLaunchCeColl(comm, (struct ncclCeCollArgs*)args, stream);
+  XENV(); return goexp_ncclLaunchCeColl(comm, (struct ncclCeCollArgs*)args, stream);
 }
 
-ncclResult_t cecollGetBackend(const char** name) { return goexp_cecollGetBackend((char**)name); }
-ncclResult_t cecollGetDeviceCount(int* count) { return goexp_cecollGetDeviceCount(count); }
-ncclResult_t cecollSetDevice(int device) { return goexp_cecollSetDevice(device); }
-ncclResult_t cecollStreamCreate(cudaStream_t* stream) { return goexp_cecollStreamCreate(stream); }
-ncclResult_t cecollStreamDestroy(cudaStream_t stream) { return goexp_cecollStreamDestroy(stream); }
-ncclResult_t cecollStreamSynchronize(cudaStream_t stream) { return goexp_cecollStreamSynchronize(stream); }
+ncclResult_t cecollGetBackend(const char** name) { XENV(); return goexp_cecollGetBackend((char**)name); }
+ncclResult_t cecollGetDeviceCount(int* count) { XENV(); return goexp_cecollGetDeviceCount(count); }
+ncclResult_t cecollSetDevice(int device) { XENV(); return goexp_cecollSetDevice(device); }
+ncclResult_t cecollStreamCreate(cudaStream_t* stream) { XENV(); return goexp_cecollStreamCreate(stream); }
+ncclResult_t cecollStreamDestroy(cudaStream_t stream) { XENV(); return goexp_cecollStreamDestroy(stream); }
+ncclResult_t cecollStreamSynchronize(cudaStream_t stream) { XENV(); return goexp_cecollStreamSynchronize(stream); }
 ncclResult_t cecollStreamWaitEvent(cudaStream_t stream, cecollEvent_t event) {
-  return goexp_cecollStreamWaitEvent(stream, event);
+  XENV(); return goexp_cecollStreamWaitEvent(stream, event);
 }
 ncclResult_t cecollMemcpy(void* dst, const void* src, size_t bytes) {
-  return goexp_cecollMemcpy(dst, (void*)src, bytes);
+  XENV(); return goexp_cecollMemcpy(dst, (void*)src, bytes);
 }
-ncclResult_t cecollMemset(void* dst, int value, size_t bytes) { return goexp_cecollMemset(dst, value, bytes); }
-ncclResult_t cecollEventCreate(cecollEvent_t* event) { return goexp_cecollEventCreate(event); }
+ncclResult_t cecollMemset(void* dst, int value, size_t bytes) { XENV(); return goexp_cecollMemset(dst, value, bytes); }
+ncclResult_t cecollEventCreate(cecollEvent_t* event) { XENV(); return goexp_cecollEventCreate(event); }
 ncclResult_t cecollEventRecord(cecollEvent_t event, cudaStream_t stream) {
-  return goexp_cecollEventRecord(event, stream);
+  XENV(); return goexp_cecollEventRecord(event, stream);
 }
-ncclResult_t cecollEventSynchronize(cecollEvent_t event) { return goexp_cecollEventSynchronize(event); }
+ncclResult_t cecollEventSynchronize(cecollEvent_t event) { XENV(); return goexp_cecollEventSynchronize(event); }
 ncclResult_t cecollEventElapsedTime(float* ms, cecollEvent_t start, cecollEvent_t end) {
-  return goexp_cecollEventElapsedTime(ms, start, end);
+  XENV(); return goexp_cecollEventElapsedTime(ms, start, end);
 }
-ncclResult_t cecollEventDestroy(cecollEvent_t event) { return goexp_cecollEventDestroy(event); }
-ncclResult_t cecollStreamBeginCapture(cudaStream_t stream) { return goexp_cecollStreamBeginCapture(stream); }
+ncclResult_t cecollEventDestroy(cecollEvent_t event) { XENV(); return goexp_cecollEventDestroy(event); }
+ncclResult_t cecollStreamBeginCapture(cudaStream_t stream) { XENV(); return goexp_cecollStreamBeginCapture(stream); }
 ncclResult_t cecollStreamEndCapture(cudaStream_t stream, cecollGraph_t* graph) {
-  return goexp_cecollStreamEndCapture(stream, graph);
+  XENV(); return goexp_cecollStreamEndCapture(stream, graph);
 }
 ncclResult_t cecollGraphLaunch(cecollGraph_t graph, cudaStream_t stream) {
-  return goexp_cecollGraphLaunch(graph, stream);
+  XENV(); return goexp_cecollGraphLaunch(graph, stream);
 }
-ncclResult_t cecollGraphDestroy(cecollGraph_t graph) { return goexp_cecollGraphDestroy(graph); }
+ncclResult_t cecollGraphDestroy(cecollGraph_t graph) { XENV(); return goexp_cecollGraphDestroy(graph); }

@@ -1,0 +1,37 @@
+package main
+
+/*
+#include <stdlib.h>
+extern char** environ;
+static inline char* env_at(int i) { return environ[i]; }
+*/
+import "C"
+
+import (
+	"os"
+	"strings"
+)
+
+// goexp_cecollSyncEnv copies the C library's environment into the Go
+// runtime's, once, before the first call reaches Go (api.c). A Go shared
+// library starts with the environment the process had at exec, so a
+// variable the application set later (Python's os.environ, setenv in C)
+// would otherwise never reach cecoll's settings. Later changes are not
+// seen, as with NCCL, which reads its variables once.
+//
+//export goexp_cecollSyncEnv
+func goexp_cecollSyncEnv() {
+	for i := 0; ; i++ {
+		p := C.env_at(C.int(i))
+		if p == nil {
+			return
+		}
+		k, v, ok := strings.Cut(C.GoString(p), "=")
+		if !ok || k == "" {
+			continue
+		}
+		if cur, set := os.LookupEnv(k); !set || cur != v {
+			os.Setenv(k, v)
+		}
+	}
+}
