@@ -22,7 +22,7 @@ RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot test test-go test-race test-chaos test-c install clean
+.PHONY: all run plot test test-go test-race test-chaos test-c test-python install clean
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -52,12 +52,13 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-go test-race test-chaos test-c
+test: test-go test-race test-chaos test-c test-python
 	@echo "make test: all parts passed"
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	cd tools/plot && $(GO) vet . && $(GO) test -count=1 .
 
 # The race detector on the runtime, the engine and the communicators (reduced sets).
 test-race:
@@ -74,6 +75,22 @@ test-chaos:
 
 test-c: all
 	bash ctests/run.sh
+
+# The Python binding (python/cecoll) on 2 and 4 spawned processes, host device.
+# Always Debian's interpreter: a python3 earlier on PATH may lack torch.
+# Without torch or pytest for it the tests are skipped, loudly, not failed.
+TEST_PYTHON := /usr/bin/python3
+test-python: all
+	@if $(TEST_PYTHON) -c 'import torch, pytest' >/dev/null 2>&1; then \
+	  echo "PYTHONPATH=python CECOLL_LIBRARY=$(LIB) $(TEST_PYTHON) -m pytest -q python/tests"; \
+	  PYTHONPATH=$(CURDIR)/python CECOLL_LIBRARY=$(CURDIR)/$(LIB) \
+	    $(TEST_PYTHON) -m pytest -q -p no:cacheprovider python/tests; \
+	else \
+	  echo "################################################################"; \
+	  echo "## SKIPPED: python tests (torch/pytest not installed for $(TEST_PYTHON))"; \
+	  echo "## install them: apt-get install python3-torch python3-pytest python3-numpy"; \
+	  echo "################################################################"; \
+	fi
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include

@@ -1,0 +1,314 @@
+"""The collective cases one spawned session runs on every rank.
+
+Inputs are random and seeded per (case, rank), so each rank regenerates every
+other rank's input and computes the expected result with torch alone.
+Every rank runs the cases in the same order (collectives must match).
+"""
+
+import traceback
+import zlib
+
+import torch
+
+from harness import Recorder
+
+OPS = ("all_gather", "all_to_all", "scatter", "gather")
+DTYPES = {
+    "float32": torch.float32,
+    "int64": torch.int64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "uint8": torch.uint8,
+}
+# Shapes of one rank's part (AllGather input, Scatter output, Gather input,
+# and AlltoAll's per-peer block). The last one is larger than a small
+# staging window, so the staged path runs in rounds.
+SHAPES = ((7,), (3, 5), (96, 130))
+# out: out of place; inplace: NCCL's in-place form; list: a list of tensors
+# at the root (scatter/gather); registered: ncclMemAlloc tensors registered
+# as windows (zero-copy).
+MODES = {
+    "all_gather": ("out", "inplace", "registered"),
+    "all_to_all": ("out", "inplace", "registered"),
+    "scatter": ("out", "inplace", "list", "registered"),
+    "gather": ("out", "inplace", "list", "registered"),
+}
+ERROR_CASES = (
+    "error/nccl_bad_datatype",
+    "error/size_mismatch",
+    "error/unsupported_dtype",
+    "error/not_contiguous",
+    "error/root_out_of_range",
+    "error/scatter_root_needs_buffer",
+    "error/register_unaligned",
+    "error/group_still_works",
+    "alloc/freed_on_release",
+)
+
+
+def shape_name(shape):
+    return "x".join(str(s) for s in shape)
+
+
+def collective_cases():
+    """[(name, op, dtype_name, shape, mode)] in run order."""
+    cases = []
+    for op in OPS:
+        for dname in DTYPES:
+            for shape in SHAPES:
+                for mode in MODES[op]:
+                    cases.append(("%s/%s/%s/%s" % (op, dname, shape_name(shape), mode), op, dname, shape, mode))
+    return cases
+
+
+def case_names():
+    return [c[0] for c in collective_cases()] + list(ERROR_CASES)
+
+
+def rand(name, rank, shape, dtype):
+    """Rank `rank`'s input of case `name` (any rank can make it)."""
+    g = torch.Generator().manual_seed(zlib.crc32(("%s#%d" % (name, rank)).encode()))
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 100).to(dtype)
+    hi = 256 if dtype == torch.uint8 else 1 << 40
+    return torch.randint(0, hi, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def same(a, b):
+    """Bitwise equality (copies must be exact)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.element_size() == 2:
+        return torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+    return torch.equal(a, b)
+
+
+def _buf(pg, mode, shape, dtype):
+    if mode == "registered":
+        return pg.alloc_tensor(shape, dtype)
+    return torch.empty(shape, dtype=dtype)
+
+
+def run_collective(pg, name, op, dtype, shape, mode, case_index):
+    """Runs one case; returns None or a failure text."""
+    r, w = pg.rank, pg.world_size
+    root = case_index % w
+    n = 1
+    for s in shape:
+        n *= s
+    big = (w * shape[0],) + tuple(shape[1:])  # world_size parts along dim 0
+    wins = []
+
+    def reg(t):
+        if mode == "registered":
+            wins.append(pg.register(t))
+        return t
+
+    try:
+        if op == "all_gather":
+            mine = rand(name, r, shape, dtype)
+            expect = torch.cat([rand(name, j, shape, dtype) for j in range(w)])
+            out = reg(_buf(pg, mode, big, dtype))
+            if mode == "inplace":
+                inp = out[r * shape[0]:(r + 1) * shape[0]]
+                inp.copy_(mine)
+            else:
+                inp = reg(_buf(pg, mode, shape, dtype))
+                inp.copy_(mine)
+            pg.all_gather_into_tensor(out, inp)
+            if not same(out, expect):
+                return "output differs from torch.cat of every rank's input"
+        elif op == "all_to_all":
+            mine = rand(name, r, big, dtype)
+            expect = torch.cat([rand(name, j, big, dtype)[r * shape[0]:(r + 1) * shape[0]] for j in range(w)])
+            inp = reg(_buf(pg, mode, big, dtype))
+            inp.copy_(mine)
+            out = inp if mode == "inplace" else reg(_buf(pg, mode, big, dtype))
+            pg.all_to_all_single(out, inp)
+            if not same(out, expect):
+                return "output differs from the expected block transpose"
+        elif op == "scatter":
+            full = rand(name, root, big, dtype)
+            expect = full[r * shape[0]:(r + 1) * shape[0]]
+            # Every rank allocates and registers the same buffers (registration
+            # is collective); only the root's send buffer carries data.
+            send = reg(_buf(pg, mode, big, dtype))
+            if r == root:
+                send.copy_(full)
+            if mode == "inplace" and r == root:
+                out = send[r * shape[0]:(r + 1) * shape[0]]
+            else:
+                out = reg(_buf(pg, mode, shape, dtype))
+                out.fill_(0)
+            if mode == "list":
+                arg = list(full.chunk(w)) if r == root else None
+            else:
+                arg = send if r == root else None
+            pg.scatter(out, arg, src=root)
+            if not same(out, expect):
+                return "rank %d's chunk differs from the root's (root %d)" % (r, root)
+            if r == root and mode != "list" and not same(send, full):
+                return "the root's send tensor changed"
+        elif op == "gather":
+            mine = rand(name, r, shape, dtype)
+            expect = torch.cat([rand(name, j, shape, dtype) for j in range(w)])
+            recv = reg(_buf(pg, mode, big, dtype))
+            if mode == "inplace" and r == root:
+                inp = recv[r * shape[0]:(r + 1) * shape[0]]
+            else:
+                inp = reg(_buf(pg, mode, shape, dtype))
+            inp.copy_(mine)
+            if mode == "list":
+                arg = [torch.zeros(shape, dtype=dtype) for _ in range(w)] if r == root else None
+            else:
+                arg = recv if r == root else None
+            pg.gather(inp, arg, dst=root)
+            if r == root:
+                got = torch.cat(arg) if mode == "list" else recv
+                if not same(got, expect):
+                    return "the root's gathered tensor differs from torch.cat of every rank's input (root %d)" % root
+            if not same(inp, mine):
+                return "the input tensor changed"
+        return None
+    finally:
+        for win in wins:
+            pg.deregister(win)
+
+
+def run_errors(pg, rec):
+    import ctypes
+
+    import cecoll
+    from cecoll import _lib
+
+    r, w = pg.rank, pg.world_size
+
+    def expect_raise(case, exc_type, fn, check=None):
+        try:
+            fn()
+        except exc_type as e:
+            msg = check(e) if check else None
+            rec.record(case, msg)
+            return
+        except Exception as e:
+            rec.record(case, "raised %s: %s, expected %s" % (type(e).__name__, e, exc_type.__name__))
+            return
+        rec.record(case, "no exception, expected %s" % exc_type.__name__)
+
+    send = torch.zeros(4, dtype=torch.float32)
+    recv = torch.zeros(4 * w, dtype=torch.float32)
+
+    def bad_datatype():
+        # Past the Python checks: the library itself must refuse the datatype.
+        _lib.check(
+            "ncclAllGather", send.data_ptr(), recv.data_ptr(), 4, 99, ctypes.c_void_p(pg.comm),
+            pg._stream_handle(), comm=ctypes.c_void_p(pg.comm),
+        )
+
+    def check_nccl_error(e):
+        if e.name != "ncclInvalidArgument" or e.result != 4:
+            return "got %s (%d), expected ncclInvalidArgument (4)" % (e.name, e.result)
+        if not e.last_error:
+            return "empty ncclGetLastError text"
+        if "ncclInvalidArgument" not in str(e):
+            return "the message lacks the NCCL name: %s" % e
+        return None
+
+    expect_raise("error/nccl_bad_datatype", cecoll.CecollError, bad_datatype, check_nccl_error)
+    expect_raise(
+        "error/size_mismatch", ValueError, lambda: pg.all_gather_into_tensor(torch.zeros(4 * w + 1), send),
+        lambda e: None if "expected world_size" in str(e) else "unclear message: %s" % e,
+    )
+    expect_raise(
+        "error/unsupported_dtype", ValueError,
+        lambda: pg.all_to_all_single(torch.zeros(w, dtype=torch.complex64), torch.zeros(w, dtype=torch.complex64)),
+        lambda e: None if "complex64" in str(e) else "unclear message: %s" % e,
+    )
+    expect_raise(
+        "error/not_contiguous", ValueError,
+        lambda: pg.all_gather_into_tensor(recv, torch.zeros(4, 2)[:, 0]),
+        lambda e: None if "contiguous" in str(e) else "unclear message: %s" % e,
+    )
+    expect_raise("error/root_out_of_range", ValueError, lambda: pg.gather(send, recv, dst=w))
+    expect_raise("error/scatter_root_needs_buffer", ValueError, lambda: pg.scatter(send, None, src=r))
+    t = pg.alloc_tensor((2048,), torch.uint8)
+    expect_raise("error/register_unaligned", ValueError, lambda: pg.register(t[1:]))
+
+    # Nothing above reached the peers: the group still works.
+    try:
+        mine = torch.full((3,), r, dtype=torch.int64)
+        out = torch.empty(3 * w, dtype=torch.int64)
+        pg.all_gather_into_tensor(out, mine)
+        ok = same(out, torch.arange(w, dtype=torch.int64).repeat_interleave(3))
+        rec.record("error/group_still_works", None if ok else "wrong AllGather result after the errors")
+    except Exception:
+        rec.record("error/group_still_works", traceback.format_exc())
+
+    rec.record("alloc/freed_on_release", check_alloc_release(pg))
+
+
+def _memfd_maps():
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if "memfd:" in line)
+
+
+def check_alloc_release(pg):
+    """ncclMemAlloc memory (a memfd mapping on the host device) lives while
+    any view of the tensor does and is unmapped by ncclMemFree after."""
+    import gc
+
+    base = _memfd_maps()
+    t = pg.alloc_tensor((3, 1000), torch.float32)
+    if _memfd_maps() != base + 1:
+        return "alloc_tensor made %d memfd mappings, expected 1" % (_memfd_maps() - base)
+    view = t[1]
+    view.fill_(7)
+    del t
+    gc.collect()
+    if _memfd_maps() != base + 1:
+        return "the memory was freed while a view of it was alive"
+    if not bool((view == 7).all()):
+        return "the view's contents changed"
+    del view
+    gc.collect()
+    if _memfd_maps() != base:
+        return "the memory was not freed after the last view went away"
+    return None
+
+
+def session(rank, world_size, outdir, share):
+    """One rank of a test session: makes the group, runs every case."""
+    import cecoll
+
+    if share[0] == "file":
+        uid = cecoll.share_id_via_file(share[1], rank)
+    else:
+        uid = cecoll.share_id_via_tcp_store("127.0.0.1", share[1], rank, world_size)
+    rec = Recorder(outdir, rank)
+    pg = cecoll.ProcessGroup(rank, world_size, uid)
+    try:
+        for i, (name, op, dname, shape, mode) in enumerate(collective_cases()):
+            try:
+                err = run_collective(pg, name, op, DTYPES[dname], shape, mode, i)
+            except Exception:
+                err = traceback.format_exc()
+            rec.record(name, err)
+        run_errors(pg, rec)
+        pg.barrier()
+    finally:
+        # Rank 0 made the id, so it must outlive the others' use of the group:
+        # the barrier above is every rank's last collective.
+        pg.destroy()
+        rec.close()
+
+
+def hanging(rank, world_size):
+    import time
+
+    if rank == 0:
+        time.sleep(600)
+
+
+def failing(rank, world_size):
+    if rank == world_size - 1:
+        raise RuntimeError("deliberate failure of rank %d" % rank)
