@@ -22,7 +22,7 @@ RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot test test-go test-race test-chaos test-c test-python install clean
+.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python install clean
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -37,6 +37,21 @@ $(BUILD)/include/%.h: include/%.h
 
 $(PERF): bench/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
+
+# Issue 5's OpenMPI baseline: built only where mpicc exists (Debian: openmpi-bin libopenmpi-dev).
+MPICC ?= mpicc
+MPIBENCH := $(BUILD)/mpi-coll-bench
+$(MPIBENCH): bench/mpi/mpi_coll_bench.c
+	@mkdir -p $(BUILD)
+	$(MPICC) -O2 -Wall -Werror -o $@ $<
+
+# Builds the MPI baseline where mpicc exists (loud skip otherwise); bench/mpi/compare.sh runs the comparison.
+bench-mpi: all $(PERF)
+	@if command -v $(MPICC) >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory $(MPIBENCH); \
+	else \
+	  echo "## SKIPPED: $(MPIBENCH) (no $(MPICC); apt-get install openmpi-bin libopenmpi-dev)"; \
+	fi
 
 $(PLOT): $(wildcard tools/plot/*.go) tools/plot/go.mod tools/plot/go.sum
 	@mkdir -p $(BUILD)

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Issue 5: cecoll-perf against OpenMPI over shared memory, measured in one run.
+#
+#   bash bench/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
+#
+# For N = 2 and 4 ranks: cecoll-perf -N N (ranks in one process), cecoll-perf
+# -P N (one process per rank) and mpirun -np N mpi-coll-bench, at 8 B, 16 MiB
+# and 64 MiB per rank (per-rank chunk), out of place and in place. The raw
+# tables go to OUTDIR/*.txt; the summary prints busbw ratios cecoll/MPI at
+# 16 and 64 MiB and time ratios at 8 B, with the issue's targets: busbw >=
+# MPI's at 16/64 MiB; 8 B time <= 2x MPI's with ranks in one process.
+# About 3 minutes on 2 cores. Timings on a shared machine are noisy: the
+# three programs run back to back for each N so that their ratios share the
+# conditions.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-build/compare-mpi}
+PERF=build/cecoll-perf
+MPIB=build/mpi-coll-bench
+RANKS=${RANKS:-"2 4"}
+SMALL_ITERS=${SMALL_ITERS:-2000}   # 8 B: many back-to-back calls
+BIG_ITERS=${BIG_ITERS:-3}          # 16/64 MiB: few (each is tens of ms on 2 cores)
+for f in "$PERF" "$MPIB"; do
+  [ -x "$f" ] || { echo "compare.sh: $f missing: run make bench-mpi (needs mpicc)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun missing" >&2; exit 2; }
+MPIRUN=(mpirun --oversubscribe -np)
+[ "$(id -u)" = 0 ] && MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np)
+export CECOLL_BACKEND=${CECOLL_BACKEND:-host}
+mkdir -p "$OUT"
+
+run() { # name, command...: the table into OUT/name.txt, echoed
+  local name=$1; shift
+  echo "+ $*" | tee "$OUT/$name.txt"
+  "$@" 2>&1 | tee -a "$OUT/$name.txt" | grep -E '^# (cecoll-perf|mpi_coll_bench|copy ceiling)' || true
+}
+
+for n in $RANKS; do
+  small=(-b 8 -e 8 -n "$SMALL_ITERS" -w 200 -c 1)
+  big=(-b 16M -e 64M -f 4 -n "$BIG_ITERS" -w 1 -c 1)
+  for s in small big; do
+    eval "args=(\"\${$s[@]}\")"
+    run "cecoll-N$n-$s" "$PERF" -N "$n" "${args[@]}"
+    run "cecoll-P$n-$s" "$PERF" -P "$n" "${args[@]}"
+    run "mpi-$n-$s" "${MPIRUN[@]}" "$n" "$MPIB" "${args[@]}"
+  done
+done
+
+/usr/bin/python3 - "$OUT" $RANKS <<'PY'
+import os, sys
+out, ranks = sys.argv[1], [int(x) for x in sys.argv[2:]]
+COLLS = ("allgather", "alltoall", "scatter", "gather")
+
+def parse(path):
+    """{(coll, chunk, inplace): (time_us, busbw, ceil%)} and the copy ceiling line."""
+    rows, coll, ceil = {}, None, ""
+    for line in open(path):
+        f = line.split()
+        if line.startswith("# copy ceiling"):
+            ceil = line.split(":", 1)[1].split("(")[0].strip()
+        elif len(f) == 2 and f[0] == "#" and f[1] in COLLS:
+            coll = f[1]
+        elif f and f[0].isdigit() and coll and len(f) >= 15:
+            size, chunk = int(f[0]), None
+            for ip, base in ((0, 5), (1, 10)):
+                pc = f[base + 4]
+                rows[(coll, size, ip)] = (float(f[base]), float(f[base + 2]), None if pc == "-" else float(pc), int(f[base + 3]))
+    return rows, ceil
+
+def fmt_size(b):
+    return "%d B" % b if b < 1 << 20 else "%d MiB" % (b >> 20)
+
+fails = []
+for n in ranks:
+    t = {}
+    ceils = {}
+    for prog in ("cecoll-N", "cecoll-P", "mpi-"):
+        rows = {}
+        for s in ("small", "big"):
+            r, c = parse(os.path.join(out, "%s%d-%s.txt" % (prog, n, s)))
+            rows.update(r)
+            if s == "big":
+                ceils[prog] = c
+        t[prog] = rows
+    print("\n== %d ranks: cecoll -N %d (one process), -P %d (processes) vs OpenMPI (-np %d); copy ceilings: cecoll %s, memcpy %s"
+          % (n, n, n, n, ceils["cecoll-N"], ceils["mpi-"]))
+    print("%-9s %7s %4s | %10s %8s | %10s %8s %5s | %10s %8s | %12s %12s"
+          % ("coll", "chunk", "ip", "MPI us", "busbw", "-N us", "busbw", "%ceil", "-P us", "busbw", "-N/MPI", "-P/MPI"))
+    for coll in COLLS:
+        for (c2, size, ip) in sorted(k for k in t["mpi-"] if k[0] == coll):
+            chunk = size // n
+            m, a, p = t["mpi-"][(coll, size, ip)], t["cecoll-N"].get((coll, size, ip)), t["cecoll-P"].get((coll, size, ip))
+            if a is None or p is None:
+                continue
+            if chunk < 1 << 20:  # latency: time ratio (lower is better)
+                ra, rp = a[0] / m[0], p[0] / m[0]
+                cell = ("time %.1fx" % ra, "time %.1fx" % rp)
+                if ra > 2.0:
+                    fails.append("%d ranks %s %s %s: -N time %.1fx MPI's (target <= 2x)" % (n, coll, fmt_size(chunk), "in place" if ip else "out of place", ra))
+            else:  # bandwidth: busbw ratio (higher is better)
+                ra, rp = a[1] / m[1], p[1] / m[1]
+                cell = ("busbw %.2fx" % ra, "busbw %.2fx" % rp)
+                for who, r in (("-N", ra), ("-P", rp)):
+                    if r < 1.0:
+                        fails.append("%d ranks %s %s %s: %s busbw %.2fx MPI's (target >= 1x)" % (n, coll, fmt_size(chunk), "in place" if ip else "out of place", who, r))
+            wrong = sum(x[3] for x in (m, a, p) if x[3] > 0)
+            print("%-9s %7s %4s | %10.2f %8.2f | %10.2f %8.2f %5s | %10.2f %8.2f | %12s %12s%s"
+                  % (coll, fmt_size(chunk), "in" if ip else "out", m[0], m[1], a[0], a[1],
+                     "-" if a[2] is None else "%.0f" % a[2], p[0], p[1], cell[0], cell[1],
+                     "  WRONG BYTES %d" % wrong if wrong else ""))
+print("\n== targets: busbw >= OpenMPI's at 16/64 MiB (-N and -P); 8 B time <= 2x OpenMPI's with -N")
+if fails:
+    print("missed (%d):" % len(fails))
+    for f in fails:
+        print("  " + f)
+else:
+    print("all met")
+PY
