@@ -26,7 +26,13 @@
 //
 // A stream is a FIFO of fixed-size ops in a ring that grows by doubling
 // (enqueueing allocates nothing in steady state), run by its own worker
-// goroutine; different streams run concurrently. Handles start at 0x1000
+// goroutine; different streams run concurrently. The queue is bounded like
+// a GPU's: an enqueue that would leave more than 4096 ops pending blocks
+// until the worker has taken enough for it to fit (a single larger call
+// waits for an empty queue), so memory stays flat when the issuing thread
+// runs ahead. As on a GPU, a host thread that enqueues
+// thousands of ops behind a wait-value that only its own later calls
+// would satisfy deadlocks. Handles start at 0x1000
 // and are checked against a registry (ErrInvalidHandle for garbage or
 // destroyed ones). Handles 0 and 1 are the current device's legacy NULL
 // stream, 2 the per-thread default stream of (calling thread, current
@@ -40,7 +46,11 @@
 // driver), each with an explicit op type (0 or unknown: ErrInvalidValue)
 // and a 4-byte aligned address. A write-value is a sequentially consistent
 // 32-bit store made after all earlier work of the stream, followed by a
-// futex wake of the word. A wait-value blocks the stream until EQ, GEQ
+// futex wake of the word when someone may sleep on it: always for words of
+// exported or imported allocations (sleepers of other processes, or of
+// another mapping, are invisible), else only when this process counts a
+// sleeper in the word's hash bucket (waiters count themselves before the
+// load FUTEX_WAIT compares, so the wake is not lost). A wait-value blocks the stream until EQ, GEQ
 // (cyclic: int32(*addr-value) >= 0), AND or NOR holds: it spins a few
 // hundred loads with runtime.Gosched, then sleeps in FUTEX_WAIT (not
 // private, so it also works on memory shared with another process) with a

@@ -3,6 +3,7 @@ package host
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -16,12 +17,32 @@ type allocation struct {
 	fd         int    // the memfd (MemAlloc) or -1 (MemImport: the fd is the caller's)
 	dev        int
 	imported   bool
+	// shared: imported, or exported at least once, so processes other
+	// than this one may sleep on its words.
+	shared atomic.Bool
 }
 
 // memTable holds the allocations sorted by base.
 type memTable struct {
 	mu     sync.RWMutex
 	allocs []*allocation
+	shared atomic.Int32 // allocations with shared set: when 0, no lookup is needed to wake
+}
+
+// markShared sets a.shared once.
+func (t *memTable) markShared(a *allocation) {
+	if a.shared.CompareAndSwap(false, true) {
+		t.shared.Add(1)
+	}
+}
+
+// isShared reports whether p lies in a shared allocation.
+func (t *memTable) isShared(p uintptr) bool {
+	if t.shared.Load() == 0 {
+		return false
+	}
+	a := t.find(p)
+	return a != nil && a.shared.Load()
 }
 
 // find returns the allocation that holds p, or nil.
@@ -109,6 +130,9 @@ func (rt *Runtime) MemFree(p hip.DevicePtr) error {
 	if a == nil {
 		return hip.ErrInvalidValue
 	}
+	if a.shared.Load() {
+		rt.mem.shared.Add(-1)
+	}
 	if err := syscall.Munmap(a.mapping); err != nil {
 		return hip.ErrInvalidValue
 	}
@@ -129,6 +153,7 @@ func (rt *Runtime) MemExport(p hip.DevicePtr) (int, error) {
 		return -1, hip.ErrOutOfMemory
 	}
 	syscall.CloseOnExec(fd)
+	rt.mem.markShared(a)
 	return fd, nil
 }
 
@@ -153,6 +178,7 @@ func (rt *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
 		return 0, hip.ErrInvalidValue
 	}
 	a := &allocation{base: uintptr(unsafe.Pointer(&m[0])), size: size, mapping: m, fd: -1, dev: rt.current(), imported: true}
+	rt.mem.markShared(a)
 	rt.mem.insert(a)
 	return hip.DevicePtr(a.base), nil
 }
@@ -189,7 +215,7 @@ func (rt *Runtime) Memset(p hip.DevicePtr, value byte, n uintptr) error {
 			b[i] = value
 		}
 		if n <= 8 {
-			wakeRange(dst, n)
+			rt.wakeRange(dst, n)
 		}
 	})
 	return nil

@@ -124,13 +124,13 @@ func (rt *Runtime) fanOut(p, n uintptr, f func(dst, n uintptr)) {
 func (rt *Runtime) copyBytes(dst, src, n uintptr) {
 	r := rt.mc.lookup(dst)
 	if r == nil {
-		copyRaw(dst, src, n)
+		rt.copyRaw(dst, src, n)
 		return
 	}
 	off := dst - r.base
 	n = min(n, r.size-off)
 	for _, m := range r.members {
-		copyRaw(m+off, src, n)
+		rt.copyRaw(m+off, src, n)
 	}
 }
 
@@ -141,27 +141,51 @@ func (rt *Runtime) writeValue(a uintptr, v uint32) {
 	r := rt.mc.lookup(a)
 	if r == nil {
 		atomic.StoreUint32(word(a), v)
-		futexWake(a)
+		rt.wake(a)
 		return
 	}
 	off := a - r.base
 	for _, m := range r.members {
 		atomic.StoreUint32(word(m+off), v)
-		futexWake(m + off)
+		rt.wake(m + off)
+	}
+}
+
+// wake wakes the waiters of the word at a after a store to it: always for
+// shared allocations (a sleeper may be in another process, or on another
+// mapping of the same memfd here), else only when a sleeper of this
+// process may be on it (see sleepers).
+func (rt *Runtime) wake(a uintptr) {
+	if rt.mem.isShared(a) {
+		futexWake(a)
+		return
+	}
+	wakeLocal(a)
+}
+
+// wakeRange wakes the waiters on every aligned 32-bit word that [a, a+n)
+// touches; used after small copies, which engines use to publish flags.
+// Those were plain stores, which x86 may hold in its store buffer past
+// the sleeper-count loads: the fence orders them (else a wake could be
+// lost, costing a futex timeout).
+func (rt *Runtime) wakeRange(a, n uintptr) {
+	fence()
+	for w := a &^ 3; w < a+n; w += 4 {
+		rt.wake(w)
 	}
 }
 
 // copyRaw moves n bytes. Engines publish flags by 4-byte copies, so a
 // 4-byte aligned copy is one atomic store, and any copy of at most 8 bytes
 // wakes the words it wrote.
-func copyRaw(dst, src, n uintptr) {
+func (rt *Runtime) copyRaw(dst, src, n uintptr) {
 	if n == 4 && dst&3 == 0 && src&3 == 0 {
 		atomic.StoreUint32(word(dst), atomic.LoadUint32(word(src)))
-		futexWake(dst)
+		rt.wake(dst)
 		return
 	}
 	copy(bytesAt(dst, n), bytesAt(src, n))
 	if n <= 8 {
-		wakeRange(dst, n)
+		rt.wakeRange(dst, n)
 	}
 }

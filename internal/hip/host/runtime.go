@@ -103,6 +103,7 @@ func (rt *Runtime) Close() {
 			s.mu.Lock()
 			s.work.Broadcast()
 			s.done.Broadcast()
+			s.room.Broadcast()
 			s.mu.Unlock()
 		}
 		rt.regMu.RUnlock()

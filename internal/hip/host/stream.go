@@ -48,6 +48,9 @@ type stream struct {
 	mu        sync.Mutex
 	work      sync.Cond // the worker waits here for ops
 	done      sync.Cond // synchronizers wait here for completions
+	room      sync.Cond // enqueuers blocked by back-pressure wait here
+	blocked   int       // enqueuers waiting on room
+	need      uint64    // largest op count a blocked enqueuer waits to add
 	ring      []op
 	head      uint64 // ops taken by the worker
 	tail      uint64 // ops enqueued
@@ -71,6 +74,7 @@ func (rt *Runtime) newStream(h hip.Stream, dev int, internal bool) *stream {
 	s := &stream{rt: rt, h: h, dev: dev, internal: internal, ring: make([]op, initialRing)}
 	s.work.L = &s.mu
 	s.done.L = &s.mu
+	s.room.L = &s.mu
 	idx := rt.nStreams.Add(1)
 	if rt.seed != 0 {
 		s.rng = rand.New(rand.NewSource(rt.seed*1000003 + idx))
@@ -155,6 +159,7 @@ func (s *stream) destroy() {
 	s.mu.Lock()
 	s.destroyed = true
 	s.work.Broadcast()
+	s.room.Broadcast()
 	s.mu.Unlock()
 }
 
@@ -222,8 +227,19 @@ func (s *stream) isDone(seq uint64) bool {
 	return s.completed > seq
 }
 
-// lock takes s.mu for enqueueing k more ops, growing the ring if needed.
-// It refuses a destroyed stream (a handle that raced with StreamDestroy).
+// maxPending bounds a stream's queue, as a GPU bounds its command queue:
+// an enqueue that would leave more ops pending than this blocks until the
+// worker has taken enough (one call larger than the bound waits for an
+// empty queue). It keeps memory flat when the issuing thread runs far
+// ahead of the worker. The worker wakes a blocked enqueuer as soon as its
+// ops fit, not at a lower watermark: the ops still pending may wait on
+// flags that only this enqueuer's later calls provide (one thread driving
+// several ranks in a group), so waiting for a deeper drain could deadlock.
+const maxPending = 4096
+
+// lock takes s.mu for enqueueing k more ops, waiting for room (back-
+// pressure) and growing the ring if needed. It refuses a destroyed stream
+// (a handle that raced with StreamDestroy).
 func (s *stream) lock(k int) error {
 	s.mu.Lock()
 	if s.destroyed {
@@ -231,13 +247,31 @@ func (s *stream) lock(k int) error {
 		return hip.ErrInvalidHandle
 	}
 	if s.cap == nil {
-		s.reserve(k)
+		// Only ops not yet taken by the worker count: the ring slots of
+		// taken ones are free again.
+		for s.tail-s.head+uint64(k) > maxPending && s.tail != s.head && !s.destroyed && !s.rt.stopping() {
+			s.blocked++
+			s.need = max(s.need, uint64(k))
+			s.room.Wait()
+			s.blocked--
+			if s.blocked == 0 {
+				s.need = 0
+			}
+		}
+		if s.destroyed {
+			s.mu.Unlock()
+			return hip.ErrInvalidHandle
+		}
+		if s.cap == nil {
+			s.reserve(k)
+		}
 	}
 	return nil
 }
 
 // reserve makes room for k more ops: the ring doubles, so growth is
-// amortised and the steady state allocates nothing.
+// amortised and the steady state allocates nothing; with back-pressure it
+// stays at most twice maxPending (or one oversized call).
 func (s *stream) reserve(k int) {
 	need := s.tail - s.head + uint64(k)
 	if need <= uint64(len(s.ring)) {
@@ -299,6 +333,9 @@ func (s *stream) worker() {
 			taken += uint64(o.count)
 		}
 		s.head += taken
+		if s.blocked > 0 && (s.tail-s.head+s.need <= maxPending || s.tail == s.head) {
+			s.room.Broadcast()
+		}
 		s.mu.Unlock()
 
 		s.exec(&o)

@@ -54,11 +54,39 @@ func futexWake(a uintptr) {
 	syscall.Syscall6(sysFutex, a, futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
 }
 
-// wakeRange wakes the waiters on every aligned 32-bit word that [a, a+n)
-// touches; used after small copies, which engines use to publish flags.
-func wakeRange(a, n uintptr) {
-	for w := a &^ 3; w < a+n; w += 4 {
-		futexWake(w)
+// Sleeper counts: FUTEX_WAKE is a system call (and on shared memfd memory
+// a costly key lookup), paid on every flag write although a waiter is
+// rarely asleep. Each waiter of this process counts itself in the bucket
+// of its word before it loads the word for FUTEX_WAIT, and a writer wakes
+// only when that bucket is non-zero. Both sides use sequentially
+// consistent atomics (store the value, then load the count; add to the
+// count, then load the value), so either the writer sees the sleeper or
+// the sleeper sees the new value. Sleepers of other processes are
+// invisible here: words of exported or imported allocations are always
+// woken (Runtime.wake).
+const sleeperBuckets = 256
+
+var sleepers [sleeperBuckets]struct {
+	n atomic.Int32
+	_ [60]byte // one cache line per bucket: sleepers on different words do not share one
+}
+
+func sleeperBucket(a uintptr) *atomic.Int32 {
+	return &sleepers[(a>>2)%sleeperBuckets].n
+}
+
+// fence is a full memory barrier: a locked read-modify-write, which on
+// x86 orders every earlier store before every later load.
+func fence() {
+	var x atomic.Uint32
+	x.Swap(0)
+}
+
+// wakeLocal wakes the word at a if a sleeper of this process may be on
+// it; for words no other process can see.
+func wakeLocal(a uintptr) {
+	if sleeperBucket(a).Load() != 0 {
+		futexWake(a)
 	}
 }
 
@@ -97,15 +125,20 @@ func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) bool {
 		yield()
 	}
 	d := waitMinSleep
+	b := sleeperBucket(a)
 	for {
+		b.Add(1) // before the load that FUTEX_WAIT compares: see sleepers
 		cur := atomic.LoadUint32(p)
 		if condHolds(cur, val, cond) {
+			b.Add(-1)
 			return true
 		}
 		if stop.Load() {
+			b.Add(-1)
 			return false
 		}
 		futexWait(p, cur, d)
+		b.Add(-1)
 		d = min(2*d, waitMaxSleep)
 	}
 }
