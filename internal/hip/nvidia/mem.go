@@ -152,7 +152,6 @@ func (r *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 		return 0, hip.ErrInvalidValue
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return 0, err
 	}
 	defer runtime.UnlockOSThread()
@@ -208,7 +207,6 @@ func (r *Runtime) MemFree(p hip.DevicePtr) error {
 		return hip.ErrInvalidValue
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return err
 	}
 	defer runtime.UnlockOSThread()
@@ -237,7 +235,6 @@ func (r *Runtime) MemExport(p hip.DevicePtr) (int, error) {
 		return -1, hip.ErrNotSupported
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return -1, err
 	}
 	defer runtime.UnlockOSThread()
@@ -263,7 +260,6 @@ func (r *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
 		return 0, hip.ErrInvalidValue
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return 0, err
 	}
 	defer runtime.UnlockOSThread()
@@ -301,7 +297,6 @@ func (r *Runtime) MemGetAddressRange(p hip.DevicePtr) (hip.DevicePtr, uintptr, e
 	}
 	r.mu.Unlock()
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return 0, 0, err
 	}
 	defer runtime.UnlockOSThread()

@@ -215,10 +215,15 @@ func (r *Runtime) ensureCtx() error {
 }
 
 // lockCtx locks the calling goroutine to its OS thread and makes sure the
-// thread has a context. The caller defers runtime.UnlockOSThread.
+// thread has a context. On success the caller defers runtime.UnlockOSThread;
+// on failure the thread is already unlocked.
 func (r *Runtime) lockCtx() error {
 	runtime.LockOSThread()
-	return r.ensureCtx()
+	if err := r.ensureCtx(); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
 }
 
 // Name implements hip.Runtime.
@@ -349,7 +354,6 @@ func (r *Runtime) Memset(p hip.DevicePtr, value byte, n uintptr) error {
 		return nil
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return err
 	}
 	defer runtime.UnlockOSThread()
@@ -368,7 +372,6 @@ func (r *Runtime) Memcpy(dst, src uintptr, n uintptr) error {
 		return nil
 	}
 	if err := r.lockCtx(); err != nil {
-		runtime.UnlockOSThread()
 		return err
 	}
 	defer runtime.UnlockOSThread()
