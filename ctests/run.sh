@@ -14,6 +14,8 @@
 #   caps=<switch>            CECOLL_HOST_CAPS=nobatchcopy|noattrs|nopeerwrite|nomulticast|hipbatches
 #   chaos=<seed>             CECOLL_HOST_CHAOS=1,2,3: a fixed list; a failure
 #                            under any seed is a bug, not a flake
+#   sync=star,chaos=2        CECOLL_SYNC=star with copy-written flags, chaos 2
+#   sync=allpairs,nomulticast,chaos=3   all pairs over unicast, chaos 3
 #   lsan                     a reduced set built with -fsanitize=leak
 # (caps and chaos rows run on the host device: CECOLL_BACKEND=host.)
 # test_multiproc (several processes through the TCP bootstrap; built with
@@ -210,6 +212,15 @@ if [ "$mode" = all ]; then
         run_one "chaos=$seed" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=$seed -- "${mp_reduced_args[@]}"
       done
     fi
+  done
+  # Each sync algorithm on adversarial streams (the chaos rows above run the
+  # host default, all-pairs multicast): star with copy-written flags, and
+  # all pairs over unicast.
+  for t in $tests; do
+    run_one "sync=star,chaos=2" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=2 \
+      CECOLL_SYNC=star CECOLL_FLAG_WRITE=copy -- "${reduced_args[@]}"
+    run_one "sync=allpairs,nomulticast,chaos=3" "$t" "$out" CECOLL_BACKEND=host CECOLL_HOST_CHAOS=3 \
+      CECOLL_HOST_CAPS=nomulticast CECOLL_SYNC=allpairs -- "${reduced_args[@]}"
   done
   if [ "$lsan" -eq 1 ]; then
     for t in $tests; do

@@ -37,6 +37,24 @@ const (
 	FlagWriteCopy  = "copy"  // 4-byte device-to-device copy of a device word (B5)
 )
 
+// Sync algorithms (Config.Sync).
+const (
+	// SyncAuto picks per communicator: star from 4 ranks up, unless the
+	// sync window has a multicast address; allpairs otherwise. Measured on
+	// one H200 (docs/measurements.md): the GPU runs a sync's flag writes
+	// nearly one after another, so n(n-1) writes cost more than 2(n-1)
+	// writes and one extra hop from 4 ranks up.
+	SyncAuto = "auto"
+	// SyncAllPairs is the seed's sync: every rank writes its slot in every
+	// peer's array (or once to the multicast address) and waits for all of
+	// them: n(n-1) flag writes, one hop.
+	SyncAllPairs = "allpairs"
+	// SyncStar is a coordinator sync: every rank but rank 0 writes its slot
+	// in rank 0's array; rank 0 waits for all of them and then writes its
+	// slot in every peer's array: 2(n-1) flag writes, two hops.
+	SyncStar = "star"
+)
+
 // Config holds the engine's tunables. Every rank of a communicator must use
 // the same values (they decide the number of flag syncs of a call).
 type Config struct {
@@ -44,6 +62,7 @@ type Config struct {
 	IntraBatchSyncThreshold uint64  // CECOLL_INTRA_BATCH_SYNC_THRESHOLD, bytes of chunk*n (default 512 MiB)
 	StagingBytes            uintptr // CECOLL_STAGING_BYTES, staging window per rank (default 32 MiB)
 	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
+	Sync                    string  // CECOLL_SYNC: "auto" (default), "allpairs" or "star"
 }
 
 // ConfigFromEnv returns the defaults overridden by the environment. A
@@ -54,6 +73,7 @@ func ConfigFromEnv() Config {
 		IntraBatchSyncThreshold: DefaultIntraBatchSyncThreshold,
 		StagingBytes:            DefaultStagingBytes,
 		FlagWrite:               FlagWriteAuto,
+		Sync:                    SyncAuto,
 	}
 	if v, ok := envBytes("CECOLL_INTRA_BATCH_SYNC_FREQ"); ok {
 		if v >= 1 && v <= 1<<20 {
@@ -74,6 +94,14 @@ func ConfigFromEnv() Config {
 			cfg.FlagWrite = v
 		default:
 			log.Warnf("CECOLL_FLAG_WRITE=%q: want auto, value or copy; using auto", v)
+		}
+	}
+	if v := strings.ToLower(strings.TrimSpace(os.Getenv("CECOLL_SYNC"))); v != "" {
+		switch v {
+		case SyncAuto, SyncAllPairs, SyncStar:
+			cfg.Sync = v
+		default:
+			log.Warnf("CECOLL_SYNC=%q: want auto, allpairs or star; using auto", v)
 		}
 	}
 	return cfg
@@ -131,6 +159,9 @@ func (cfg *Config) normalize() error {
 	if cfg.FlagWrite == "" {
 		cfg.FlagWrite = FlagWriteAuto
 	}
+	if cfg.Sync == "" {
+		cfg.Sync = SyncAuto
+	}
 	if cfg.IntraBatchSyncFreq < 1 {
 		return result.Errorf(result.InvalidArgument, "ce: intra-batch sync frequency %d: want >= 1", cfg.IntraBatchSyncFreq)
 	}
@@ -138,6 +169,11 @@ func (cfg *Config) normalize() error {
 	case FlagWriteAuto, FlagWriteValue, FlagWriteCopy:
 	default:
 		return result.Errorf(result.InvalidArgument, "ce: flag write %q: want auto, value or copy", cfg.FlagWrite)
+	}
+	switch cfg.Sync {
+	case SyncAuto, SyncAllPairs, SyncStar:
+	default:
+		return result.Errorf(result.InvalidArgument, "ce: sync %q: want auto, allpairs or star", cfg.Sync)
 	}
 	return nil
 }
@@ -168,6 +204,7 @@ type Engine struct {
 	complOff uintptr
 	mc       hip.DevicePtr // multicast address of the sync window; 0: unicast
 	mcTried  bool          // seed.b6: lazy multicast set-up done
+	star     bool          // SyncStar: rank 0 coordinates every sync
 
 	// Device words for copy-based flag writes (B4/B5): [0] the graph
 	// constant 1, [1] and [2] the eager value of a ready and a complete
@@ -248,10 +285,13 @@ func Init(c Comm, cfg Config) (*Engine, error) {
 }
 
 func (e *Engine) syncKind() string {
-	if e.mc != 0 {
-		return "multicast"
+	switch {
+	case e.star:
+		return "star (unicast)"
+	case e.mc != 0:
+		return "all-pairs multicast"
 	}
-	return "unicast"
+	return "all-pairs unicast"
 }
 
 func (e *Engine) flagKind() string {
@@ -356,9 +396,18 @@ func (e *Engine) setup() error {
 		e.seq = 0
 	}
 
+	// The sync algorithm: from the configuration, n and the backend only,
+	// so every rank picks the same.
+	mcUsable := e.caps.Multicast && n > 2 && !seed.b6
+	switch e.cfg.Sync {
+	case SyncStar:
+		e.star = n > 1
+	case SyncAuto:
+		e.star = n >= 4 && !e.caps.Multicast
+	}
 	// Multicast, eagerly and before the barrier (B6); only with more than
-	// two ranks, where one write replaces several.
-	if e.caps.Multicast && n > 2 && !seed.b6 {
+	// two ranks, where one write replaces several, and only for allpairs.
+	if mcUsable && !e.star {
 		if e.mc, err = rt.MulticastCreate(e.members, e.syncSize); err != nil {
 			return initErr("multicast create", err)
 		}

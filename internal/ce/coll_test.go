@@ -291,6 +291,58 @@ func TestFlagWriteAndSync(t *testing.T) {
 	}
 }
 
+// TestSyncAlgorithms runs every collective under each sync algorithm and
+// flag-write method, on adversarial streams (chaos reorders the copies of
+// a batch and delays streams), with rank counts around the auto rule's
+// threshold.
+func TestSyncAlgorithms(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	hipc := nomc
+	hipc.SplitWaitReset = true
+	for _, sy := range []string{SyncAllPairs, SyncStar} {
+		for _, fw := range []string{FlagWriteValue, FlagWriteCopy} {
+			for _, n := range []int{2, 3, 5} {
+				t.Run(fmt.Sprintf("%s/%s/n=%d", sy, fw, n), func(t *testing.T) {
+					cfg := testCfg()
+					cfg.Sync, cfg.FlagWrite = sy, fw
+					caps := nomc
+					runCases(t, n, worldOpts{caps: &caps, chaos: int64(n)}, cfg, allCases(n, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
+				})
+			}
+		}
+	}
+	t.Run("star/hip", func(t *testing.T) {
+		cfg := testCfg()
+		cfg.Sync = SyncStar
+		caps := hipc
+		runCases(t, 4, worldOpts{caps: &caps, chaos: 9}, cfg, allCases(4, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
+	})
+}
+
+// TestSyncAuto pins the auto rule: star from 4 ranks up without multicast,
+// all pairs otherwise.
+func TestSyncAuto(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	mc := nomc
+	mc.Multicast = true
+	for _, tc := range []struct {
+		n    int
+		caps hip.Caps
+		star bool
+	}{{2, nomc, false}, {3, nomc, false}, {4, nomc, true}, {4, mc, false}} {
+		t.Run(fmt.Sprintf("n=%d/mc=%v", tc.n, tc.caps.Multicast), func(t *testing.T) {
+			caps := tc.caps
+			w := newWorld(t, tc.n, worldOpts{caps: &caps})
+			w.run(testCfg(), 30*time.Second, false, func(r *rankEnv) error {
+				if r.e.star != tc.star {
+					return fmt.Errorf("star = %v, want %v", r.e.star, tc.star)
+				}
+				return nil
+			})
+		})
+	}
+}
+
 // TestCopyFallbacks covers the per-copy path (no batched copy) and the
 // legacy NULL stream (B14 has its own test).
 func TestCopyFallbacks(t *testing.T) {
@@ -325,6 +377,8 @@ func TestCaptureReplay(t *testing.T) {
 		{"plain", func(*Config) {}, nil},
 		{"intra", func(c *Config) { c.IntraBatchSyncFreq, c.IntraBatchSyncThreshold = 2, 1 }, nil},
 		{"copyflags", func(c *Config) { c.FlagWrite = FlagWriteCopy }, nil},
+		{"star", func(c *Config) { c.Sync = SyncStar }, nil},
+		{"star-copyflags", func(c *Config) { c.Sync, c.FlagWrite = SyncStar, FlagWriteCopy }, nil},
 		{"hip", func(*Config) {}, &hip.Caps{BatchCopy: true, PeerWriteValue: true, Multicast: true, SplitWaitReset: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

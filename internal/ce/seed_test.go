@@ -229,18 +229,20 @@ func TestB6_MulticastSetUpEagerly(t *testing.T) {
 	}
 }
 
-// TestB7_MemOpBatchSplit: a captured UC sync of 86 ranks has 2*85 flag
-// entries and 86 resets, more than one batch may hold.
+// TestB7_MemOpBatchSplit: a captured all-pairs UC sync of 87 ranks has
+// 2*86 flag entries and 86 resets, more than one batch may hold.
 func TestB7_MemOpBatchSplit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("86 ranks")
+		t.Skip("87 ranks")
 	}
-	n := 86
+	n := 87
 	caps := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
 	scenario := func() ([]error, bool) {
 		w := newWorld(t, n, worldOpts{caps: &caps, devices: 4})
 		c := collCase{fn: FuncAllGather, count: 4, dtype: 0, mode: bufWindow}
-		return w.run(testCfg(), 30*time.Second, true, func(r *rankEnv) error { return r.graphOnce(c) })
+		cfg := testCfg()
+		cfg.Sync = SyncAllPairs // the seed's sync: 3(n-1) ops per batch
+		return w.run(cfg, 30*time.Second, true, func(r *rankEnv) error { return r.graphOnce(c) })
 	}
 	requireAllOK(t)(scenario())
 	withSeed(t, &seed.b7)
@@ -683,11 +685,14 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Setenv("CECOLL_INTRA_BATCH_SYNC_THRESHOLD", "64M")
 	t.Setenv("CECOLL_STAGING_BYTES", "1048576")
 	t.Setenv("CECOLL_FLAG_WRITE", "copy")
-	require.Equal(t, Config{IntraBatchSyncFreq: 4, IntraBatchSyncThreshold: 64 << 20, StagingBytes: 1 << 20, FlagWrite: FlagWriteCopy}, ConfigFromEnv())
+	t.Setenv("CECOLL_SYNC", "Star")
+	require.Equal(t, Config{IntraBatchSyncFreq: 4, IntraBatchSyncThreshold: 64 << 20, StagingBytes: 1 << 20, FlagWrite: FlagWriteCopy, Sync: SyncStar}, ConfigFromEnv())
 	t.Setenv("CECOLL_INTRA_BATCH_SYNC_FREQ", "zero")
 	t.Setenv("CECOLL_STAGING_BYTES", "")
 	t.Setenv("CECOLL_FLAG_WRITE", "fast")
+	t.Setenv("CECOLL_SYNC", "ring")
 	cfg := ConfigFromEnv()
+	require.Equal(t, SyncAuto, cfg.Sync)
 	require.Equal(t, DefaultIntraBatchSyncFreq, cfg.IntraBatchSyncFreq)
 	require.Equal(t, uintptr(DefaultStagingBytes), cfg.StagingBytes)
 	require.Equal(t, FlagWriteAuto, cfg.FlagWrite)

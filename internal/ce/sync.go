@@ -88,13 +88,24 @@ func (e *Engine) submit(s hip.Stream) error {
 }
 
 // sync is ncclMemOpSync: every rank announces that it reached this point
-// of the collective and waits until every peer has. Announcing is a write
-// of my slot in every peer's array (unicast) or one write to the multicast
-// address of my slot; the value is the next sequence number, or under
-// capture the constant 1 (a graph is replayed many times). Every sync ends
-// by resetting my whole array to 0 (see the GEQ note above). Syncs
-// alternate between the ready and the complete array, so a fast peer never
-// overwrites a slot its partner has not yet seen.
+// of the collective and waits until every peer has. The value announced is
+// the next sequence number, or under capture the constant 1 (a graph is
+// replayed many times). Every wait is followed by a reset of the slot to 0
+// (see the GEQ note above). Syncs alternate between the ready and the
+// complete array, so a fast peer never overwrites a slot its partner has
+// not yet seen. Two algorithms (Config.Sync), both with those rules:
+//
+//   - all pairs (the seed's): I write my slot in every peer's array (or
+//     once to the multicast address of my slot) and wait for every peer's
+//     slot in mine;
+//   - star: a rank other than 0 writes its slot in rank 0's array and
+//     waits for rank 0's slot in its own; rank 0 waits for every peer's
+//     slot in its array, resets them, and only then writes its slot in
+//     every peer's array. The alternation argument holds hop by hop: a
+//     peer writes rank 0's array again two syncs later, after rank 0's
+//     release of the sync in between, which rank 0's stream issues after
+//     its reset; rank 0 writes a peer's array again after that peer's next
+//     arrival, which the peer's stream issues after its reset.
 func (e *Engine) sync(s hip.Stream, capturing bool) error {
 	if e.n == 1 {
 		return nil
@@ -120,56 +131,94 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 			e.mc = mc
 		}
 	}
-	mine := arr + uintptr(e.rank)*4 // my slot's offset in every array
-
-	// Announce.
+	local := e.syncBase + hip.DevicePtr(arr)
 	e.ops = e.ops[:0]
-	if e.flagCopy || (seed.b4 && e.mc != 0) {
-		src := e.words + wordGraph
-		if !capturing {
-			src = e.words + word
-			if seed.b4 && e.mc != 0 {
-				// The seed copied the value from the host (a stack
-				// variable); the copy may run after the value changed.
-				e.hostSeq = val
-				src = hip.DevicePtr(unsafe.Pointer(&e.hostSeq))
-			} else {
-				// A local write-value publishes the value in a device word,
-				// then copies carry it to the peers (B4, B5).
-				e.ops = append(e.ops, writeOp(src, val))
-				if err := e.submit(s); err != nil {
-					return err
-				}
-			}
+	if !e.star {
+		// Announce my slot everywhere, then wait for every peer's.
+		if err := e.announce(s, capturing, arr, e.rank, -1, word, val); err != nil {
+			return err
 		}
-		if e.mc != 0 {
-			if err := e.rt.MemcpyAsync(e.mc+hip.DevicePtr(mine), src, 4, s); err != nil {
-				return err
-			}
-		} else {
+		return e.await(s, capturing, local, -1, val)
+	}
+	if e.rank != 0 { // star
+		if err := e.announce(s, capturing, arr, e.rank, 0, word, val); err != nil {
+			return err
+		}
+		return e.await(s, capturing, local, 0, val)
+	}
+	// Rank 0: gather every arrival, then release everyone.
+	if err := e.await(s, capturing, local, -1, val); err != nil {
+		return err
+	}
+	if err := e.announce(s, capturing, arr, 0, -1, word, val); err != nil {
+		return err
+	}
+	return e.submit(s)
+}
+
+// announce writes val into slot of array arr (ready or complete) of rank
+// to, or of every peer when to < 0 (one write to the multicast address
+// where there is one). By write-value, or by 4-byte copies from a device
+// word (e.flagCopy): eagerly the word is first set by a local write-value
+// (B4, B5); under capture the source is the graph constant. Ops queued in
+// e.ops before the call are submitted first, in order.
+func (e *Engine) announce(s hip.Stream, capturing bool, arr uintptr, slot, to int, word hip.DevicePtr, val uint32) error {
+	off := hip.DevicePtr(arr + uintptr(slot)*4)
+	if !e.flagCopy && !(seed.b4 && e.mc != 0) {
+		switch {
+		case e.mc != 0 && to < 0:
+			e.ops = append(e.ops, writeOp(e.mc+off, val))
+		case to >= 0:
+			e.ops = append(e.ops, writeOp(e.syncWin.PeerBase(to)+off, val))
+		default:
 			for r := range e.n {
-				if r == e.rank {
-					continue
-				}
-				if err := e.rt.MemcpyAsync(e.syncWin.PeerBase(r)+hip.DevicePtr(mine), src, 4, s); err != nil {
-					return err
+				if r != e.rank {
+					e.ops = append(e.ops, writeOp(e.syncWin.PeerBase(r)+off, val))
 				}
 			}
 		}
-	} else if e.mc != 0 {
-		e.ops = append(e.ops, writeOp(e.mc+hip.DevicePtr(mine), val))
-	} else {
-		for r := range e.n {
-			if r != e.rank {
-				e.ops = append(e.ops, writeOp(e.syncWin.PeerBase(r)+hip.DevicePtr(mine), val))
-			}
+		return nil
+	}
+	src := e.words + wordGraph
+	if !capturing {
+		src = e.words + word
+		if seed.b4 && e.mc != 0 {
+			// The seed copied the value from the host (a stack variable);
+			// the copy may run after the value changed.
+			e.hostSeq = val
+			src = hip.DevicePtr(unsafe.Pointer(&e.hostSeq))
+		} else {
+			// A local write-value publishes the value in a device word,
+			// then copies carry it to the peers (B4, B5).
+			e.ops = append(e.ops, writeOp(src, val))
 		}
 	}
-
-	// Wait for every peer's slot in my array.
-	local := e.syncBase + hip.DevicePtr(arr)
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	switch {
+	case e.mc != 0 && to < 0:
+		return e.rt.MemcpyAsync(e.mc+off, src, 4, s)
+	case to >= 0:
+		return e.rt.MemcpyAsync(e.syncWin.PeerBase(to)+off, src, 4, s)
+	}
 	for r := range e.n {
-		if r != e.rank {
+		if r == e.rank {
+			continue
+		}
+		if err := e.rt.MemcpyAsync(e.syncWin.PeerBase(r)+off, src, 4, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// await queues waits for slot from of my array at local (every peer's
+// slot when from < 0), then the reset of each waited slot to 0, and
+// submits everything queued.
+func (e *Engine) await(s hip.Stream, capturing bool, local hip.DevicePtr, from int, val uint32) error {
+	for r := range e.n {
+		if r != e.rank && (from < 0 || r == from) {
 			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(r*4), val))
 		}
 	}
@@ -181,7 +230,9 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 			}
 		}
 		for r := range e.n {
-			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(r*4), 0))
+			if r != e.rank && (from < 0 || r == from) {
+				e.ops = append(e.ops, writeOp(local+hip.DevicePtr(r*4), 0))
+			}
 		}
 	}
 	return e.submit(s)
