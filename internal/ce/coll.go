@@ -197,10 +197,13 @@ func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
 // rank*chunk on rank d. In place (send == recv), peers write into the very
 // blocks this rank still reads, so those blocks are first copied to
 // scratch (the rank's own staging window, free on the direct paths) and
-// pushed from there (B13); the staged path is safe as is, since received
-// blocks land in staging and reach recv only after the last sync. Direct
-// paths run in the same rounds as the staged one so that an in-place rank
-// needs no more syncs than its peers.
+// pushed from there (B13), in rounds of what scratch holds; the staged
+// path is safe as is, since received blocks land in staging and reach recv
+// only after the last sync. An out-of-place call on a direct path is one
+// round whatever its size. So the number of rounds, hence of syncs,
+// depends on being in place, which every rank must then be alike: NCCL
+// has no in-place AlltoAll at all, cecoll requires it on every rank or on
+// none (CECOLL_CHECK=1 reports a mix as a signature mismatch).
 func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 	n, me, s := e.n, e.rank, a.Stream
 	myOff := uintptr(me) * chunk
@@ -210,7 +213,7 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 		return err
 	}
 	piece := chunk
-	if rt.p != pathLocal {
+	if rt.p == pathStaged || (inPlace && rt.p != pathLocal) {
 		if piece, err = e.piece(n, chunk); err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ type slot struct {
 	fn      int32
 	dt      int32
 	root    int32
-	_       int32
+	flags   int32 // flagInPlace
 	count   uint64
 	win     int64 // registration index of the window holding the checked buffer, -1: none
 	off     uint64
@@ -121,6 +121,12 @@ func (c *Comm) checkPost(a *ce.Args) {
 	s := bd.at(c.rank, bd.next)
 	s.written.Store(0)
 	s.fn, s.dt, s.root, s.count = int32(a.Func), a.Datatype, int32(a.Root), uint64(a.Count)
+	s.flags = 0
+	if a.Func == ce.FuncAlltoAll && a.Send == a.Recv {
+		// In-place AlltoAll runs in more rounds than out-of-place
+		// (internal/ce alltoAll): every rank must choose alike.
+		s.flags = flagInPlace
+	}
 	p := a.Recv
 	if a.Func == ce.FuncGather {
 		p = a.Send // the root pulls from every peer at its send offset
@@ -145,8 +151,12 @@ func (c *Comm) windowIndex(w *Window) int64 {
 	return -1
 }
 
+// flagInPlace marks an in-place AlltoAll in a slot's flags.
+const flagInPlace = 1
+
 type sig struct {
 	fn, dt, root int32
+	flags        int32
 	count        uint64
 	win          int64
 	off          uint64
@@ -159,7 +169,7 @@ func (b *checkBoard) read(rank int, seq uint64) (sig, bool) {
 	if s.seq.Load() != seq || s.written.Load() != 1 {
 		return sig{}, false
 	}
-	v := sig{fn: s.fn, dt: s.dt, root: s.root, count: s.count, win: s.win, off: s.off}
+	v := sig{fn: s.fn, dt: s.dt, root: s.root, flags: s.flags, count: s.count, win: s.win, off: s.off}
 	if s.seq.Load() != seq || s.written.Load() != 1 {
 		return sig{}, false
 	}
@@ -171,13 +181,17 @@ func (v sig) String() string {
 	if v.win >= 0 {
 		w = fmt.Sprintf("window #%d offset %d", v.win, v.off)
 	}
-	return fmt.Sprintf("%s count %d datatype %d root %d, %s", FuncName(ce.Func(v.fn)), v.count, v.dt, v.root, w)
+	ip := ""
+	if v.flags&flagInPlace != 0 {
+		ip = " in place"
+	}
+	return fmt.Sprintf("%s%s count %d datatype %d root %d, %s", FuncName(ce.Func(v.fn)), ip, v.count, v.dt, v.root, w)
 }
 
 // mismatch compares what must agree; window and offset only when both
 // ranks used a window (an unregistered buffer is staged).
 func (v sig) mismatch(o sig) bool {
-	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.root != o.root {
+	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.root != o.root || v.flags != o.flags {
 		return true
 	}
 	return v.win >= 0 && o.win >= 0 && (v.win != o.win || v.off != o.off)

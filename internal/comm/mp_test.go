@@ -346,21 +346,25 @@ func TestMPTimeout(t *testing.T) {
 	require.Contains(t, cs[1].output(), "MP victim-error")
 }
 
-// CECOLL_CHECK=1: two ranks issue AllGathers of different counts; both
-// get an asynchronous ncclInvalidUsage naming both sides, without any wait
-// in the call.
+// CECOLL_CHECK=1: two ranks issue AllGathers of different counts (or an
+// AlltoAll, in place on one rank only); both get an asynchronous
+// ncclInvalidUsage naming both sides, without any wait in the call.
 func TestMPCheck(t *testing.T) {
-	watchdog(t, 40*time.Second)
-	id, err := NewID()
-	require.NoError(t, err)
-	cs := []*child{
-		startChild(t, id, 2, "0", "check", "CECOLL_CHECK=1"),
-		startChild(t, id, 2, "1", "check", "CECOLL_CHECK=1"),
+	for _, role := range []string{"check", "check-inplace"} {
+		t.Run(role, func(t *testing.T) {
+			watchdog(t, 40*time.Second)
+			id, err := NewID()
+			require.NoError(t, err)
+			cs := []*child{
+				startChild(t, id, 2, "0", role, "CECOLL_CHECK=1"),
+				startChild(t, id, 2, "1", role, "CECOLL_CHECK=1"),
+			}
+			requireChildOK(t, cs, 30*time.Second)
+		})
 	}
-	requireChildOK(t, cs, 30*time.Second)
 }
 
-func mpCheck(t *testing.T, rt hip.Runtime, c *Comm) {
+func mpCheck(t *testing.T, rt hip.Runtime, c *Comm, inPlace bool) {
 	n, me := c.Size(), c.Rank()
 	const blk = 4096
 	require.NoError(t, rt.SetDevice(c.Device()))
@@ -380,7 +384,16 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm) {
 		count = blk / 2
 	}
 	start := time.Now()
-	require.NoError(t, c.Collective(ce.FuncAllGather, buf, recv, count, 0, 0, s))
+	if inPlace {
+		// Out of place on rank 0, in place on rank 1 (one block each).
+		send := buf
+		if me == 1 {
+			send = recv
+		}
+		require.NoError(t, c.Collective(ce.FuncAlltoAll, send, recv, blk/uintptr(n), 0, 0, s))
+	} else {
+		require.NoError(t, c.Collective(ce.FuncAllGather, buf, recv, count, 0, 0, s))
+	}
 	require.Less(t, time.Since(start), time.Second, "the call waited")
 	deadline := time.Now().Add(10 * time.Second)
 	for c.AsyncError() == nil && time.Now().Before(deadline) {
@@ -388,8 +401,13 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm) {
 	}
 	err = c.AsyncError()
 	requireCode(t, result.InvalidUsage, err)
-	require.Contains(t, err.Error(), "count 4096")
-	require.Contains(t, err.Error(), "count 2048")
+	if inPlace {
+		require.Contains(t, err.Error(), "AlltoAll in place count")
+		require.Regexp(t, `AlltoAll count \d+`, err.Error())
+	} else {
+		require.Contains(t, err.Error(), "count 4096")
+		require.Contains(t, err.Error(), "count 2048")
+	}
 	fmt.Printf("MP check-error %v\n", err)
 	require.NoError(t, c.Abort())
 	require.NoError(t, rt.StreamSynchronize(s))
@@ -459,8 +477,8 @@ func TestMPChild(t *testing.T) {
 		require.NoError(t, comms[0].Barrier())
 	case "colls":
 		mpCollectives(t, rt, comms, n)
-	case "check":
-		mpCheck(t, rt, comms[0])
+	case "check", "check-inplace":
+		mpCheck(t, rt, comms[0], role == "check-inplace")
 	case "survivor", "victim":
 		mpKill(t, rt, comms[0], role == "victim")
 	}
