@@ -54,15 +54,16 @@ func TestLaunchPathAllocsNoGPU(t *testing.T) {
 }
 
 // BenchmarkMechanismNoGPU compares the call mechanisms on a C function that
-// does nothing (sched_yield), so the figures are the binding's own cost:
-// runtime (pooled frame + SyscallN, what the launch path uses), a
-// SyscallN with a fresh variadic slice, and a typed purego function.
+// does almost nothing (labs), so the figures are the binding's own cost:
+// runtime (pooled frame + the cgo trampoline, what the launch path uses),
+// a SyscallN with a fresh variadic slice, a typed purego function, and the
+// bare trampoline.
 func BenchmarkMechanismNoGPU(b *testing.B) {
 	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		b.Skipf("no libc.so.6: %v", err)
 	}
-	yield, err := purego.Dlsym(libc, "sched_yield")
+	yield, err := purego.Dlsym(libc, "labs")
 	require.NoError(b, err)
 	r := &Runtime{}
 	r.fn.streamBatchMemOp = yield
@@ -85,6 +86,13 @@ func BenchmarkMechanismNoGPU(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = typed(5, 8, &ops[0], 0)
+		}
+	})
+	b.Run("cgo", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			a := [9]uintptr{5, 8, uintptr(unsafe.Pointer(&ops[0]))}
+			_ = ccall(yield, &a)
 		}
 	})
 }

@@ -99,6 +99,15 @@ func BenchmarkStreamBatchMemOp8(b *testing.B) {
 			return rc(uintptr(e.typedBatchMemOp(uintptr(e.s), uint32(len(e.ops)), &e.ops[0], 0)))
 		})
 	})
+	b.Run("cgo", func(b *testing.B) {
+		fn := e.r.fn.streamBatchMemOp
+		hostCost(b, e.r, e.s, func() error {
+			a := [9]uintptr{uintptr(e.s), uintptr(len(e.ops)), uintptr(unsafe.Pointer(&e.ops[0]))}
+			res := ccall(fn, &a)
+			runtime.KeepAlive(e.ops)
+			return rc(res)
+		})
+	})
 }
 
 func BenchmarkMemcpyBatchAsync8x4K(b *testing.B) {
@@ -132,7 +141,20 @@ func BenchmarkMemcpyAsync4K(b *testing.B) {
 
 func BenchmarkEventRecord(b *testing.B) {
 	e := newBenchEnv(b)
-	hostCost(b, e.r, e.s, func() error { return e.r.EventRecord(e.e, e.s) })
+	b.Run("runtime", func(b *testing.B) {
+		hostCost(b, e.r, e.s, func() error { return e.r.EventRecord(e.e, e.s) })
+	})
+	b.Run("syscallN", func(b *testing.B) {
+		fn := e.r.fn.eventRecord
+		hostCost(b, e.r, e.s, func() error { res, _, _ := purego.SyscallN(fn, uintptr(e.e), uintptr(e.s)); return rc(res) })
+	})
+	b.Run("cgo", func(b *testing.B) {
+		fn := e.r.fn.eventRecord
+		hostCost(b, e.r, e.s, func() error {
+			a := [9]uintptr{uintptr(e.e), uintptr(e.s)}
+			return rc(ccall(fn, &a))
+		})
+	})
 }
 
 func BenchmarkStreamGetCaptureStatus(b *testing.B) {

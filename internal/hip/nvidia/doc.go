@@ -1,6 +1,6 @@
 // Package nvidia is the NVIDIA backend of the device runtime: it implements
 // hip.Runtime over the CUDA driver API of libcuda.so.1, loaded at run time
-// through purego (no cgo, no CUDA at build time, no libcudart).
+// through purego (no CUDA at build time, no libcudart).
 //
 // What it owns:
 //   - the one symbol table of libcuda entry points (symbols.go), each with its
@@ -11,9 +11,12 @@
 //   - VMM memory (cuMemCreate + reserve + map + access for every peer), POSIX
 //     fd export/import, and the table of those allocations;
 //   - the launch path (StreamBatchMemOp, MemcpyBatchAsync, MemcpyAsync,
-//     EventRecord, StreamWaitEvent): one purego.SyscallN per call, no Go
-//     allocation, slices passed straight through (hip.MemOp and
-//     hip.CopyAttributes already have the driver's layout).
+//     EventRecord, StreamWaitEvent, StreamGetCaptureStatus, SetDevice): one
+//     call through a 9-word cgo trampoline (ccall.go, the cheapest mechanism
+//     measured), no Go allocation, slices passed straight through (hip.MemOp
+//     and hip.CopyAttributes already have the driver's layout). Other calls
+//     go through purego.SyscallN, which keeps the Go pointers it is given
+//     alive.
 //
 // Multicast is never bound: cuMulticast* calls are forbidden on the lent GPU
 // machines, so Caps().Multicast is false and MulticastCreate returns

@@ -151,9 +151,11 @@ var framePool = sync.Pool{New: func() any { return new(frame) }}
 
 func getFrame() *frame { return framePool.Get().(*frame) }
 
-// invoke calls fn with f.args[:n], with call's context retry.
+// invoke calls fn with f.args[:n] (through the cgo trampoline: the
+// launch path's calls), with call's context retry.
 func (r *Runtime) invoke(fn uintptr, f *frame, n int) uintptr {
-	res, _, _ := purego.SyscallN(fn, f.args[:n]...)
+	clear(f.args[n:])
+	res := ccall(fn, &f.args)
 	if uint32(res) == uint32(hip.ErrInvalidContext) && r.ctx != nil {
 		res = r.retry(fn, f.args[:n])
 	}
@@ -244,7 +246,9 @@ func (r *Runtime) SetDevice(dev int) error {
 	if err != nil {
 		return err
 	}
-	return r.call(r.fn.ctxSetCurrent, c)
+	f := getFrame()
+	f.args[0] = c
+	return r.launch(r.fn.ctxSetCurrent, f, 1)
 }
 
 // GetDevice is the device of the calling thread's context, 0 if it has none.
