@@ -11,6 +11,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/log"
 )
 
 // Driver constants used here (cuda.h, gpu-abi.md).
@@ -579,7 +580,13 @@ func (r *Runtime) MulticastDestroy(mc hip.DevicePtr) error { return hip.ErrNotSu
 // process is created, so the README says to set it where CUDA is
 // initialised before cecoll.
 func raiseConnections() {
-	if _, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS"); !set {
+	v, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS")
+	if !set {
+		// With cgo in the process os.Setenv also sets the C environment,
+		// which is what the driver reads.
 		os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+		log.Infof("nvidia: CUDA_DEVICE_MAX_CONNECTIONS=32 (set by cecoll before cuInit; without effect if the process already created a CUDA context)")
+		return
 	}
+	log.Infof("nvidia: CUDA_DEVICE_MAX_CONNECTIONS=%s (from the environment)", v)
 }

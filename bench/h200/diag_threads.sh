@@ -1,0 +1,43 @@
+#!/bin/bash
+# diag_threads.sh: issue 3's thread-per-rank hang on one H200, from the
+# repository root with the carried build/ (libcecoll.so, ctests). Runs
+# test_allgather -r 4 -m threads (and test_alltoall -r 8) in the
+# background; if one is still running after HANG_S seconds, cuda-gdb
+# attaches and prints every thread's C stack (libcecoll.so's Go frames
+# show by name), then the process is killed. Once with
+# CUDA_DEVICE_MAX_CONNECTIONS unset (the library sets 32) and once with 8
+# (the driver's default), so the logs say whether hardware queues matter.
+set -u
+export NCCL_NVLS_ENABLE=0 CECOLL_BACKEND=nvidia
+export LD_LIBRARY_PATH=$PWD/build:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/cecoll_out}/diag
+HANG_S=${HANG_S:-20}
+mkdir -p "$OUT"
+GDB=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+
+one() { # name, connections ('' = unset), test, ranks
+  local name=$1 conn=$2 t=$3 r=$4 log="$OUT/$1.log"
+  (
+    if [ -n "$conn" ]; then export CUDA_DEVICE_MAX_CONNECTIONS=$conn; else unset CUDA_DEVICE_MAX_CONNECTIONS; fi
+    exec env CECOLL_DEBUG=INFO CECOLL_TEST_WATCHDOG=0 build/ctests/test_$t -r "$r" -m threads -c 1,1001 -l 0 -g 0
+  ) >"$log" 2>&1 &
+  local pid=$! waited=0
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$HANG_S" ]; do sleep 1; waited=$((waited + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "DIAG $name: HUNG after ${HANG_S}s; stacks in $OUT/$name.gdb"
+    timeout 60 "$GDB" -p "$pid" -batch -ex "info threads" -ex "thread apply all bt 25" >"$OUT/$name.gdb" 2>&1
+    grep -E "^Thread|^#[0-9]+ .* in (cu|cecoll|goexp|_cgo|runtime\.|cecoll/)" "$OUT/$name.gdb" | head -80
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  else
+    wait "$pid"
+    echo "DIAG $name: rc=$? $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1)"
+  fi
+  grep -m3 -E "CUDA_DEVICE_MAX_CONNECTIONS|connections" "$log"
+}
+
+one allgather4-conn-unset "" allgather 4
+one allgather4-conn-8 8 allgather 4
+one allgather4-conn-32 32 allgather 4
+one alltoall8-conn-unset "" alltoall 8
+one alltoall8-conn-32 32 alltoall 8
