@@ -126,6 +126,15 @@ static void check_helpers(void) {
   CHECK(cecollStreamCreate(&s1));
   CHECK(cecollStreamCreate(&s2));
   EXPECT(s1 != NULL && s1 != s2, "streams not distinct");
+  /* cecollMemcpyAsync: stream-ordered device-to-device copies. */
+  CHECK(cecollMemcpy(a, in, N));
+  EXPECT_RESULT(cecollMemcpyAsync(b, a, N / 2, s1), ncclSuccess);
+  EXPECT_RESULT(cecollMemcpyAsync((char*)b + N / 2, (char*)a + N / 2, N - N / 2, s1), ncclSuccess);
+  EXPECT_RESULT(cecollMemcpyAsync(b, a, 0, s1), ncclSuccess);
+  EXPECT_RESULT(cecollMemcpyAsync(NULL, a, N, s1), ncclInvalidArgument);
+  CHECK(cecollStreamSynchronize(s1));
+  CHECK(cecollMemcpy(out, b, N));
+  EXPECT(memcmp(in, out, N) == 0, "cecollMemcpyAsync changed the bytes");
   CHECK(cecollEventCreate(&e1));
   CHECK(cecollEventCreate(&e2));
   EXPECT_RESULT(cecollEventRecord(e1, s1), ncclSuccess);

@@ -174,6 +174,9 @@ ncclResult_t cecollStreamWaitEvent(cudaStream_t stream, cecollEvent_t event) {
 ncclResult_t cecollMemcpy(void* dst, const void* src, size_t bytes) {
   XENV(); return goexp_cecollMemcpy(dst, (void*)src, bytes);
 }
+ncclResult_t cecollMemcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  XENV(); return goexp_cecollMemcpyAsync(dst, (void*)src, bytes, stream);
+}
 ncclResult_t cecollMemset(void* dst, int value, size_t bytes) { XENV(); return goexp_cecollMemset(dst, value, bytes); }
 ncclResult_t cecollEventCreate(cecollEvent_t* event) { XENV(); return goexp_cecollEventCreate(event); }
 ncclResult_t cecollEventRecord(cecollEvent_t event, cudaStream_t stream) {

@@ -132,6 +132,23 @@ func goexp_cecollMemcpy(dst, src unsafe.Pointer, n C.size_t) (res C.ncclResult_t
 	return toResult(call, err)
 }
 
+//export goexp_cecollMemcpyAsync
+func goexp_cecollMemcpyAsync(dst, src unsafe.Pointer, n C.size_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "cecollMemcpyAsync"
+	defer recoverInto(&res, call)
+	if n == 0 {
+		return C.ncclSuccess
+	}
+	if dst == nil || src == nil {
+		return toResult(call, argErr(call, "NULL pointer"))
+	}
+	rt, err := comm.Runtime()
+	if err == nil {
+		err = rt.MemcpyAsync(hip.DevicePtr(dst), hip.DevicePtr(src), uintptr(n), stream(s))
+	}
+	return toResult(call, err)
+}
+
 //export goexp_cecollMemset
 func goexp_cecollMemset(dst unsafe.Pointer, value C.int, n C.size_t) (res C.ncclResult_t) {
 	const call = "cecollMemset"

@@ -124,6 +124,11 @@ ncclResult_t cecollStreamWaitEvent(cudaStream_t stream, cecollEvent_t event);
  * the bytes are in place and visible to every stream. */
 ncclResult_t cecollMemcpy(void* dst, const void* src, size_t bytes);
 
+/* Enqueues on stream a copy of bytes between two device allocations (the
+ * kind of copy the collectives make: copy engines, stream-ordered); returns
+ * at once. */
+ncclResult_t cecollMemcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 /* Sets bytes of host or device memory to (unsigned char)value. Returns only
  * when done and visible to every stream. */
 ncclResult_t cecollMemset(void* dst, int value, size_t bytes);
