@@ -16,8 +16,12 @@
  * (zero-copy), 0 = unregistered ncclMemAlloc buffers (staged path).
  *
  * -G: for each size and placement, every local rank's stream is captured
- * once (cecollStreamBeginCapture/EndCapture around one call of every rank,
- * in one group), and the replays (cecollGraphLaunch) are checked and timed.
+ * once (cecollStreamBeginCapture/EndCapture around -K calls of every rank,
+ * default 1, each in one group), and the replays (cecollGraphLaunch) are
+ * checked and timed; the time is per collective (replay time / K), so -K
+ * 20 takes the graph launch's own cost out of small-message figures. (The
+ * check of an in-place AlltoAll with -K > 1 is made on an eager call: K
+ * in-place AlltoAlls transpose K times.)
  *
  * Copy ceiling: before the sweep, one process times cecollMemcpyAsync between
  * two ncclMemAlloc buffers on device 0 (the largest per-rank buffer of the
@@ -97,6 +101,7 @@ static int nranks = 4, iters = 20, warmup = 5, check = 1, root = 0, registered =
 static size_t minBytes = 8, maxBytes = 64 << 20, factor = 8;
 static int typeIdx = 1;
 static int graphMode = 0;
+static int graphCalls = 1; /* -K: collectives captured in each graph */
 static const char *jsonPath = NULL, *plotPath = NULL;
 static int procsCount = 1; /* processes of the run, for the JSON */
 
@@ -176,14 +181,14 @@ static void launch(int c, size_t count, size_t chunk, int inPlace) {
   if (nlocal > 1) CHECK(ncclGroupEnd());
 }
 
-/* -G: one call of every local rank captured, each on its own stream; the
- * calls still meet in one group, as launch issues them. */
+/* -G: graphCalls calls of every local rank captured, each rank on its own
+ * stream; each call still meets in one group, as launch issues them. */
 static void capture(int c, size_t count, size_t chunk, int inPlace) {
   for (int l = 0; l < nlocal; l++) {
     CHECK(cecollSetDevice(devs[l]));
     CHECK(cecollStreamBeginCapture(streams[l]));
   }
-  launch(c, count, chunk, inPlace);
+  for (int k = 0; k < graphCalls; k++) launch(c, count, chunk, inPlace);
   for (int l = 0; l < nlocal; l++) {
     CHECK(cecollSetDevice(devs[l]));
     CHECK(cecollStreamEndCapture(streams[l], &graphs[l]));
@@ -268,7 +273,10 @@ static long verify(int c, size_t count, size_t chunk, int inPlace) {
         CHECK(cecollMemcpy((char*)B[l].send + (size_t)root * chunk, g, chunk));
     }
   }
-  runOnce(c, count, chunk, inPlace);
+  if (graphCalls > 1 && c == 1 && inPlace)
+    launch(c, count, chunk, inPlace); /* K in-place AlltoAlls transpose K times */
+  else
+    runOnce(c, count, chunk, inPlace);
   syncAll();
   long wrong = 0;
   for (int l = 0; l < nlocal; l++) {
@@ -310,7 +318,7 @@ static double timeColl(int c, size_t count, size_t chunk, int inPlace) {
   double t0 = now();
   for (int i = 0; i < iters; i++) runOnce(c, count, chunk, inPlace);
   syncAll();
-  return maxAcross((now() - t0) / iters);
+  return maxAcross((now() - t0) / iters / (graphMode ? graphCalls : 1));
 }
 
 /* ---- Copy ceiling, rows, JSON, plot --------------------------------------- */
@@ -473,7 +481,7 @@ static int runPlot(const char* json, const char* png) {
 
 static void usage(const char* p) {
   fprintf(stderr, "usage: %s [-N ranks | -P procs] [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1] [-G]\n"
+                  "[-o allgather|alltoall|scatter|gather|all] [-d type] [-r root] [-R 0|1] [-G [-K calls]]\n"
                   "       [--json FILE] [--plot FILE.png]\n"
                   "       %s -B [-P 2,3,...] [-n repetitions]\n", p, p);
   exit(2);
@@ -745,9 +753,13 @@ int main(int argc, char** argv) {
   int opt, boot = 0, itersGiven = 0;
   static const struct option longOpts[] = {
       {"json", required_argument, NULL, 'J'}, {"plot", required_argument, NULL, 'p'}, {NULL, 0, NULL, 0}};
-  while ((opt = getopt_long(argc, argv, "N:P:Bb:e:f:n:w:c:o:d:r:R:Gh", longOpts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "N:P:Bb:e:f:n:w:c:o:d:r:R:GK:h", longOpts, NULL)) != -1) {
     switch (opt) {
       case 'G': graphMode = 1; break;
+      case 'K':
+        graphCalls = atoi(optarg);
+        if (graphCalls < 1 || graphCalls > 1000) usage(argv[0]);
+        break;
       case 'J': jsonPath = optarg; break;
       case 'p': plotPath = optarg; break;
       case 'N': nranks = atoi(optarg); break;
@@ -856,8 +868,10 @@ int main(int argc, char** argv) {
            registered ? "registered" : "unregistered", kTypes[typeIdx].name, root, iters, warmup);
   if (!quiet)
     printf("# copy ceiling: %.2f GB/s (one %zu MiB device-to-device cecollMemcpyAsync on device %d, best of 5; bytes "
-           "copied, not read+written)%s\n",
-           ceilBps / 1e9, ceilBytes >> 20, multiproc ? 0 : devs[0], graphMode ? "; -G: times are graph replays" : "");
+           "copied, not read+written)\n",
+           ceilBps / 1e9, ceilBytes >> 20, multiproc ? 0 : devs[0]);
+  if (!quiet && graphMode)
+    printf("# -G: times are graph replays, %d collective(s) per graph, per collective\n", graphCalls);
   long totalWrong = 0;
   int nsizes = 0;
   for (size_t chunk = minBytes; chunk <= maxBytes; chunk *= factor) nsizes++;
