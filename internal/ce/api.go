@@ -240,6 +240,18 @@ type Engine struct {
 	relDone     chan struct{}
 	drainLimit  time.Duration
 
+	// Side stream, for ranks that have their device to themselves in this
+	// process (Comm.DeviceShared false): a large local copy runs there,
+	// beside the batch of peer copies, instead of inside it. Measured on
+	// two H200s, the copies of one batch ran one after another, so
+	// AllGather's local copy of N=2 cost a sixth of the time (84% of the
+	// peer-copy ceiling at 1 GiB). sideFork and sideJoin fork it off and
+	// join it back; sidePending: a join is owed before the call ends.
+	side        hip.Stream
+	sideFork    hip.Event
+	sideJoin    hip.Event
+	sidePending bool
+
 	// Preallocated parameter arrays (B16).
 	ops      []hip.MemOp
 	dsts     []hip.DevicePtr
@@ -360,10 +372,19 @@ func (e *Engine) setup() error {
 		return initErr("staging window register", err)
 	}
 
-	// The stream Abort writes on: created here, since Abort must not fail
-	// for lack of resources.
-	if e.abortStream, err = rt.StreamCreate(); err != nil {
-		return initErr("abort stream create", err)
+	// The side stream (see Engine.side): not where ranks of this process
+	// share the device, since a stream parked on a flag wait there stalls
+	// any stream that shares its hardware queue.
+	if n > 1 && !e.c.DeviceShared() {
+		if e.side, err = rt.StreamCreate(); err != nil {
+			return initErr("side stream create", err)
+		}
+		if e.sideFork, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+			return initErr("event create", err)
+		}
+		if e.sideJoin, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+			return initErr("event create", err)
+		}
 	}
 
 	// Ordering events.
@@ -445,15 +466,19 @@ func (e *Engine) release() error {
 			first = err
 		}
 	}
-	if e.abortStream != 0 {
+	if e.abortStream != hip.StreamNull {
 		keep(rt.StreamDestroy(e.abortStream))
-		e.abortStream = 0
 	}
+	e.abortStream = hip.StreamNull
 	if e.mc != 0 {
 		keep(rt.MulticastDestroy(e.mc))
 		e.mc = 0
 	}
-	for _, ev := range [...]*hip.Event{&e.ev, &e.capEv} {
+	if e.side != 0 {
+		keep(rt.StreamDestroy(e.side))
+		e.side = 0
+	}
+	for _, ev := range [...]*hip.Event{&e.ev, &e.capEv, &e.sideFork, &e.sideJoin} {
 		if *ev != 0 {
 			keep(rt.EventDestroy(*ev))
 			*ev = 0
@@ -501,7 +526,7 @@ func (e *Engine) Finalize() error {
 	}
 	drained := !e.evValid || e.waitDone(func() error { return e.rt.EventQuery(e.ev) })
 	e.stopRelease()
-	if drained && e.abortStream != 0 {
+	if drained && e.abortStream != hip.StreamNull {
 		drained = e.waitDone(func() error { return e.rt.StreamQuery(e.abortStream) })
 	}
 	if !drained {
@@ -562,6 +587,20 @@ func (e *Engine) Abort() error {
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return result.Errorf(result.UnhandledCudaError, "ce abort: set device: %w", err)
+	}
+	// The stream for the release writes is made here, not at Init: on a
+	// GPU every live stream takes one of the context's hardware queues, and
+	// when ranks of one process share a device, a stream parked on a flag
+	// wait stalls whatever shares its queue (measured on the H200: the
+	// thread-per-rank tests hung more often with a second, idle stream per
+	// rank). Should creation fail, the writes go on the legacy NULL stream.
+	if e.abortStream == 0 {
+		s, err := e.rt.StreamCreate()
+		if err != nil {
+			log.Warnf("ce abort: rank %d: stream create: %v; releasing on the NULL stream", e.rank, err)
+			s = hip.StreamNull
+		}
+		e.abortStream = s
 	}
 	ops := make([]hip.MemOp, 0, 2*e.n)
 	for _, arr := range [2]uintptr{0, e.complOff} {

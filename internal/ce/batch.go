@@ -15,6 +15,47 @@ func (e *Engine) resetCopies() {
 // slot marks the start of slot j.
 func (e *Engine) slot(j int) { e.bounds[j] = len(e.dsts) }
 
+// sideCopyMin is the smallest local copy that goes to the side stream
+// (Engine.side): below it the fork and join (four calls) cost more than the
+// overlap gains. A variable so that tests can send every copy there.
+var sideCopyMin uintptr = 1 << 20
+
+// addLocal queues the rank's own block, n bytes src -> dst: on the side
+// stream, forked from s now, when the engine has one and the copy is
+// large; else as a copy of the current slot. The fork may happen anywhere
+// in the call: the block is this rank's alone. join ends it.
+func (e *Engine) addLocal(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error {
+	if e.side == 0 || n < sideCopyMin {
+		e.add(dst, src, n)
+		return nil
+	}
+	if err := e.rt.EventRecord(e.sideFork, s); err != nil {
+		return err
+	}
+	if err := e.rt.StreamWaitEvent(e.side, e.sideFork); err != nil {
+		return err
+	}
+	if err := e.rt.MemcpyAsync(dst, src, n, e.side); err != nil {
+		return err
+	}
+	e.sidePending = true
+	return nil
+}
+
+// join makes s wait for the local copies forked to the side stream, so
+// that the call ends after them (under capture this also ends the side
+// stream's part of the capture).
+func (e *Engine) join(s hip.Stream) error {
+	if !e.sidePending {
+		return nil
+	}
+	e.sidePending = false
+	if err := e.rt.EventRecord(e.sideJoin, e.side); err != nil {
+		return err
+	}
+	return e.rt.StreamWaitEvent(s, e.sideJoin)
+}
+
 // add queues one copy of n bytes.
 func (e *Engine) add(dst, src hip.DevicePtr, n uintptr) {
 	e.dsts = append(e.dsts, dst)

@@ -180,7 +180,9 @@ func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
 			d := (me + r) % n
 			if d == me {
 				if !inPlace {
-					e.add(myBlock+hip.DevicePtr(o), src, l)
+					if err := e.addLocal(a.Stream, myBlock+hip.DevicePtr(o), src, l); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -234,7 +236,9 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 			src := a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
 			if d == me {
 				if !inPlace {
-					e.add(a.Recv+hip.DevicePtr(myOff+o), src, l)
+					if err := e.addLocal(s, a.Recv+hip.DevicePtr(myOff+o), src, l); err != nil {
+						return err
+					}
 				}
 				continue
 			}
@@ -279,7 +283,9 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 				src := a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
 				if d == me {
 					if !inPlace {
-						e.add(a.Recv+hip.DevicePtr(o), src, l)
+						if err := e.addLocal(s, a.Recv+hip.DevicePtr(o), src, l); err != nil {
+							return err
+						}
 					}
 					continue
 				}
@@ -356,7 +362,9 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 				dst := a.Recv + hip.DevicePtr(uintptr(q)*chunk+o)
 				if q == me {
 					if !inPlace {
-						e.add(dst, src, l)
+						if err := e.addLocal(s, dst, src, l); err != nil {
+							return err
+						}
 					}
 					continue
 				}

@@ -254,7 +254,7 @@ func TestChaos(t *testing.T) {
 	}
 	for _, sd := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", sd), func(t *testing.T) {
-			runCases(t, 3, worldOpts{chaos: sd}, testCfg(), allCases(3, []uintptr{1, 333}, []bufMode{bufPlain, bufWindow, bufGroup}))
+			runCases(t, 3, worldOpts{chaos: sd}, testCfg(), allCases(3, []uintptr{1, 333, 1 << 15}, []bufMode{bufPlain, bufWindow, bufGroup}))
 		})
 	}
 }
@@ -343,6 +343,29 @@ func TestSyncAuto(t *testing.T) {
 	}
 }
 
+// TestSideCopy sends every local copy to the side stream (ranks on their
+// own devices) and runs the collectives eagerly under chaos and captured;
+// ranks that share a device get no side stream.
+func TestSideCopy(t *testing.T) {
+	old := sideCopyMin
+	sideCopyMin = 1
+	t.Cleanup(func() { sideCopyMin = old })
+	for _, sd := range []int64{0, 3, 4} {
+		t.Run(fmt.Sprintf("chaos=%d", sd), func(t *testing.T) {
+			runCases(t, 3, worldOpts{chaos: sd}, testCfg(), allCases(3, []uintptr{1, 333, 1 << 15}, []bufMode{bufPlain, bufWindow, bufGroup}))
+		})
+	}
+	t.Run("shared-device", func(t *testing.T) {
+		w := newWorld(t, 3, worldOpts{devices: 2})
+		w.run(testCfg(), 30*time.Second, false, func(r *rankEnv) error {
+			if shared := r.dev == 0; (r.e.side != 0) == shared {
+				return fmt.Errorf("rank %d on device %d: side stream %v", r.rank, r.dev, r.e.side != 0)
+			}
+			return nil
+		})
+	})
+}
+
 // TestCopyFallbacks covers the per-copy path (no batched copy) and the
 // legacy NULL stream (B14 has its own test).
 func TestCopyFallbacks(t *testing.T) {
@@ -379,10 +402,13 @@ func TestCaptureReplay(t *testing.T) {
 		{"copyflags", func(c *Config) { c.FlagWrite = FlagWriteCopy }, nil},
 		{"star", func(c *Config) { c.Sync = SyncStar }, nil},
 		{"star-copyflags", func(c *Config) { c.Sync, c.FlagWrite = SyncStar, FlagWriteCopy }, nil},
+		{"sidecopy", func(*Config) { sideCopyMin = 1 }, nil},
 		{"hip", func(*Config) {}, &hip.Caps{BatchCopy: true, PeerWriteValue: true, Multicast: true, SplitWaitReset: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testCfg()
+			old := sideCopyMin
+			t.Cleanup(func() { sideCopyMin = old })
 			tc.cfg(&cfg)
 			n := 4
 			cases := []collCase{

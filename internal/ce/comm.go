@@ -23,6 +23,11 @@ type Comm interface {
 	// Barrier returns once every rank has entered it (host side, used by
 	// Init only: never inside a collective call).
 	Barrier() error
+	// DeviceShared reports whether another rank of this communicator runs
+	// in this process on this rank's device. Such ranks' streams share the
+	// device's hardware queues, so the engine adds no stream of its own
+	// there (see Engine.side).
+	DeviceShared() bool
 }
 
 // Window is a symmetric window: one buffer per rank at the same offsets.

@@ -133,6 +133,16 @@ func (c *testComm) Device() int          { return c.dev }
 func (c *testComm) Runtime() hip.Runtime { return c.rt }
 func (c *testComm) Barrier() error       { c.w.bar.wait(); return nil }
 
+// DeviceShared: the harness's ranks all live in the test process.
+func (c *testComm) DeviceShared() bool {
+	for _, o := range c.w.comms {
+		if o != c && o.dev == c.dev {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *testComm) RegisterWindow(p hip.DevicePtr, size uintptr) (Window, error) {
 	w := c.w
 	idx := c.nreg

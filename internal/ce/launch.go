@@ -67,6 +67,9 @@ func (e *Engine) Launch(a *Args) error {
 		case FuncGather:
 			err = e.gather(a, chunk, capturing)
 		}
+		if jerr := e.join(s); err == nil {
+			err = jerr
+		}
 		if err != nil {
 			if _, ok := err.(*result.Error); ok {
 				return err

@@ -3,6 +3,7 @@ package comm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -49,10 +50,12 @@ type Comm struct {
 	rank int
 	size int
 	dev  int
-	cfg  Config
-	w    *world
-	boot Bootstrap
-	node *nodeState // the TCP bootstrap's state (tcpboot.go); nil in-process
+	// devShared: another rank runs in this process on dev (initCollective).
+	devShared bool
+	cfg       Config
+	w         *world
+	boot      Bootstrap
+	node      *nodeState // the TCP bootstrap's state (tcpboot.go); nil in-process
 
 	mu      sync.Mutex // state transitions
 	st      atomic.Int32
@@ -87,6 +90,11 @@ func (c *Comm) Size() int { return c.size }
 
 // Device implements ce.Comm (ncclCommCuDevice).
 func (c *Comm) Device() int { return c.dev }
+
+// DeviceShared implements ce.Comm: another rank of this communicator runs
+// in this process on the same device (known once creation has gathered
+// every rank's device and process).
+func (c *Comm) DeviceShared() bool { return c.devShared }
 
 // Runtime implements ce.Comm.
 func (c *Comm) Runtime() hip.Runtime { return c.rt }
@@ -244,10 +252,17 @@ func (c *Comm) runInit() error {
 }
 
 func (c *Comm) initCollective() error {
-	var b [8]byte
+	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(c.dev))
-	if _, err := c.boot.AllGather(b[:]); err != nil {
+	binary.LittleEndian.PutUint64(b[8:], uint64(os.Getpid()))
+	all, err := c.boot.AllGather(b[:])
+	if err != nil {
 		return err
+	}
+	for r, p := range all {
+		if r != c.rank && len(p) == len(b) && [16]byte(p) == b {
+			c.devShared = true
+		}
 	}
 	eng, err := newEngine(c, ce.ConfigFromEnv())
 	if err != nil {
