@@ -1,0 +1,518 @@
+/* hostcost: issue 6's host-cost target ("per collective call <= 1.2x the
+ * cost of making the same driver calls directly from C"), both sides timed
+ * in one process on one GPU.
+ *
+ *   (a) cecoll: ncclGroupStart; N x ncclAllGather (zero-copy windows from
+ *       ncclMemAlloc + ncclCommWindowRegister); ncclGroupEnd  = 1 collective
+ *   (b) C reference: for each of the N ranks, the driver calls of the seed
+ *       protocol's ncclCeAllGather with UC sync (ce_coll.cc), as cecoll
+ *       issues them: cuStreamIsCapturing; cuStreamBatchMemOp_v2 of (N-1)
+ *       writes of 1 to the peers' ready slots, (N-1) waits GEQ 1 on its own
+ *       slots and N writes of 0 resetting its own slots; cuMemcpyBatchAsync_v2
+ *       of N copies (its own chunk included; one attribute: srcAccessOrder
+ *       STREAM, PREFER_OVERLAP_WITH_COMPUTE); the same memop batch on the
+ *       complete slots; cuEventRecord.
+ * Both use the same N non-blocking streams on the primary context and the
+ * same device buffers (the reference's flags come from cuMemAlloc).
+ *
+ * Timing: rounds of one burst of K collectives of (a), an untimed
+ * cuCtxSynchronize, one burst of K of (b), an untimed cuCtxSynchronize; the
+ * figure is host time per collective (N rank-calls), median over rounds.
+ * Before timing, one collective of each is checked byte for byte.
+ *
+ * Everything is loaded with dlopen (libcuda.so.1 and libcecoll.so), with
+ * the prototypes declared here by hand (layouts from
+ * /work/shared/design/gpu-abi.md and internal/hip/nvidia/symbols.go), so it
+ * builds anywhere with: gcc -O2 -Wall -o hostcost hostcost.c -ldl -lpthread
+ *
+ *   hostcost [-l build/libcecoll.so] [-n 4] [-s 8,65536] [-r 30] [-k 64] [-t 60] [-x]
+ *
+ * -x: the reference alone (no libcecoll; buffers from cuMemAlloc), e.g.
+ * with a mock libcuda.so.1 to check the flag protocol and the data.
+ *
+ * Output: "HOSTCOST bytes=B ranks=N cecoll_us=.. c_us=.. ratio=.." per size
+ * (us per collective, median), plus VERIFY / INFO lines. Exit 0 on success,
+ * 1 on a failed call or check, 2 when there is no GPU or library, 3 when
+ * the watchdog fired (a hang). Never calls cuMulticast*. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- Driver API, declared by hand ---------------------------------------- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef void* CUcontext;
+typedef void* CUstream;
+typedef void* CUevent;
+typedef unsigned long long CUdeviceptr;
+
+/* CUstreamBatchMemOpParams: a 48-byte union (gpu-abi.md A.1). */
+typedef union {
+  uint32_t operation;
+  struct {
+    uint32_t operation;
+    uint32_t pad0;
+    CUdeviceptr address;
+    uint64_t value; /* value (u32, low half) / value64 */
+    uint32_t flags;
+    uint32_t pad1;
+    CUdeviceptr alias;
+  } op;
+  uint64_t pad[6];
+} CUstreamBatchMemOpParams;
+_Static_assert(sizeof(CUstreamBatchMemOpParams) == 48, "CUstreamBatchMemOpParams is 48 bytes");
+
+/* CUmemcpyAttributes: 24 bytes (gpu-abi.md A.2). */
+typedef struct {
+  int type, id;
+} CUmemLocation;
+typedef struct {
+  uint32_t srcAccessOrder;
+  CUmemLocation srcLocHint, dstLocHint;
+  uint32_t flags;
+} CUmemcpyAttributes;
+_Static_assert(sizeof(CUmemcpyAttributes) == 24, "CUmemcpyAttributes is 24 bytes");
+
+enum {
+  CU_STREAM_NON_BLOCKING = 1,
+  CU_EVENT_DISABLE_TIMING = 2,
+  CU_STREAM_MEM_OP_WAIT_VALUE_32 = 1,
+  CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2,
+  CU_STREAM_WAIT_VALUE_GEQ = 0,
+  CU_STREAM_WRITE_VALUE_DEFAULT = 0,
+  CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1,
+  CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE = 1,
+};
+
+static struct {
+  CUresult (*Init)(unsigned);
+  CUresult (*DriverGetVersion)(int*);
+  CUresult (*DeviceGetCount)(int*);
+  CUresult (*DeviceGet)(CUdevice*, int);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxSynchronize)(void);
+  CUresult (*StreamCreate)(CUstream*, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*StreamIsCapturing)(CUstream, int*);
+  CUresult (*EventCreate)(CUevent*, unsigned);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*StreamBatchMemOp)(CUstream, unsigned, CUstreamBatchMemOpParams*, unsigned);
+  /* CUDA 13 ABI (no failIdx); NULL where the driver lacks it. */
+  CUresult (*MemcpyBatchAsync)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*, size_t*, size_t,
+                               CUstream);
+  CUresult (*GetErrorString)(CUresult, const char**);
+} cu;
+
+/* ---- NCCL / cecoll API, declared by hand (include/nccl.h) ---------------- */
+typedef int ncclResult_t;
+typedef void* ncclComm_t;
+typedef void* ncclWindow_t;
+enum { ncclUint8 = 1, NCCL_WIN_COLL_SYMMETRIC = 1 };
+
+static struct {
+  ncclResult_t (*CommInitAll)(ncclComm_t*, int, const int*);
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
+  ncclResult_t (*AllGather)(const void*, void*, size_t, int, ncclComm_t, void* /* cudaStream_t */);
+  ncclResult_t (*MemAlloc)(void**, size_t);
+  ncclResult_t (*MemFree)(void*);
+  ncclResult_t (*CommWindowRegister)(ncclComm_t, void*, size_t, ncclWindow_t*, int);
+  ncclResult_t (*CommWindowDeregister)(ncclComm_t, ncclWindow_t);
+  const char* (*GetErrorString)(ncclResult_t);
+  const char* (*GetLastError)(ncclComm_t);
+  ncclResult_t (*GetBackend)(const char**);
+} nc;
+
+/* ---- Helpers --------------------------------------------------------------- */
+static void cu_fail(const char* what, CUresult r, int line) {
+  const char* s = NULL;
+  if (cu.GetErrorString) cu.GetErrorString(r, &s);
+  fprintf(stderr, "hostcost:%d: %s failed: %d (%s)\n", line, what, r, s ? s : "?");
+  exit(1);
+}
+#define CU(x)                               \
+  do {                                      \
+    CUresult r_ = (x);                      \
+    if (r_ != 0) cu_fail(#x, r_, __LINE__); \
+  } while (0)
+#define NC(x)                                                                                          \
+  do {                                                                                                 \
+    ncclResult_t r_ = (x);                                                                             \
+    if (r_ != 0) {                                                                                     \
+      fprintf(stderr, "hostcost:%d: %s failed: %s (%s)\n", __LINE__, #x, nc.GetErrorString(r_),         \
+              nc.GetLastError(NULL));                                                                  \
+      exit(1);                                                                                         \
+    }                                                                                                  \
+  } while (0)
+
+static void* sym(void* h, const char* lib, const char* name, int required) {
+  void* p = dlsym(h, name);
+  if (!p && required) {
+    fprintf(stderr, "hostcost: %s has no symbol %s\n", lib, name);
+    exit(2);
+  }
+  return p;
+}
+#define SYM(h, lib, field, name) memcpy(&(field), &(void*){sym(h, lib, name, 1)}, sizeof(void*))
+#define OPTSYM(h, lib, field, name) memcpy(&(field), &(void*){sym(h, lib, name, 0)}, sizeof(void*))
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double* v, int n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "HOSTCOST watchdog: a call or a synchronize did not return in time (hang)\n";
+  ssize_t w = write(2, msg, sizeof msg - 1);
+  (void)w;
+  _exit(3);
+}
+
+/* ---- State ------------------------------------------------------------------ */
+enum { MAXN = 8, MAXSIZES = 8 };
+static int n = 4;
+static ncclComm_t comms[MAXN];
+static CUstream streams[MAXN];
+static CUevent events[MAXN];
+static void *sendb[MAXN], *recvb[MAXN];
+static ncclWindow_t sendw[MAXN], recvw[MAXN];
+static CUdeviceptr flags; /* ready[r][p] then complete[r][p], u32 each */
+static int useBatchCopy;
+
+static CUdeviceptr slot(int complete, int owner, int from) {
+  return flags + 4 * ((size_t)complete * n * n + (size_t)owner * n + from);
+}
+
+/* The memop batch of one flag sync of rank r (ce_coll.cc ncclPrepUCSync plus
+ * the resets of ncclMemOpSync, graph style: a constant 1 and resets to 0, so
+ * it can repeat forever without sequence numbers). */
+static void sync_batch(int r, int complete) {
+  CUstreamBatchMemOpParams ops[3 * MAXN];
+  int k = 0;
+  memset(ops, 0, sizeof ops);
+  for (int p = 0; p < n; p++) {
+    if (p == r) continue;
+    ops[k].op.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[k].op.address = slot(complete, p, r);
+    ops[k].op.value = 1;
+    ops[k].op.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    k++;
+  }
+  for (int p = 0; p < n; p++) {
+    if (p == r) continue;
+    ops[k].op.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[k].op.address = slot(complete, r, p);
+    ops[k].op.value = 1;
+    ops[k].op.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    k++;
+  }
+  for (int p = 0; p < n; p++) {
+    ops[k].op.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[k].op.address = slot(complete, r, p);
+    ops[k].op.value = 0;
+    ops[k].op.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    k++;
+  }
+  CU(cu.StreamBatchMemOp(streams[r], (unsigned)k, ops, 0));
+}
+
+static void ref_allgather(size_t bytes) {
+  for (int r = 0; r < n; r++) {
+    int capturing = 0;
+    CU(cu.StreamIsCapturing(streams[r], &capturing));
+    sync_batch(r, 0);
+    CUdeviceptr dsts[MAXN], srcs[MAXN];
+    size_t sizes[MAXN];
+    for (int p = 0; p < n; p++) {
+      dsts[p] = (CUdeviceptr)(uintptr_t)recvb[p] + (CUdeviceptr)r * bytes;
+      srcs[p] = (CUdeviceptr)(uintptr_t)sendb[r];
+      sizes[p] = bytes;
+    }
+    if (useBatchCopy) {
+      CUmemcpyAttributes attr;
+      size_t attrIdx = 0;
+      memset(&attr, 0, sizeof attr);
+      attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+      attr.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+      CU(cu.MemcpyBatchAsync(dsts, srcs, sizes, (size_t)n, &attr, &attrIdx, 1, streams[r]));
+    } else {
+      for (int p = 0; p < n; p++) CU(cu.MemcpyAsync(dsts[p], srcs[p], sizes[p], streams[r]));
+    }
+    sync_batch(r, 1);
+    CU(cu.EventRecord(events[r], streams[r]));
+  }
+}
+
+static void cecoll_allgather(size_t bytes) {
+  NC(nc.GroupStart());
+  for (int r = 0; r < n; r++) NC(nc.AllGather(sendb[r], recvb[r], bytes, ncclUint8, comms[r], streams[r]));
+  NC(nc.GroupEnd());
+}
+
+/* One collective on patterned inputs, then every output byte checked. */
+static int verify(const char* name, void (*coll)(size_t), size_t bytes) {
+  for (int r = 0; r < n; r++) {
+    CU(cu.MemsetD8((CUdeviceptr)(uintptr_t)sendb[r], (unsigned char)(0x11 * (r + 1)), bytes));
+    CU(cu.MemsetD8((CUdeviceptr)(uintptr_t)recvb[r], 0, bytes * n));
+  }
+  CU(cu.CtxSynchronize());
+  coll(bytes);
+  CU(cu.CtxSynchronize());
+  unsigned char* h = malloc(bytes * n);
+  long wrong = 0;
+  for (int r = 0; r < n; r++) {
+    CU(cu.MemcpyDtoH(h, (CUdeviceptr)(uintptr_t)recvb[r], bytes * n));
+    for (size_t i = 0; i < bytes * n; i++)
+      if (h[i] != (unsigned char)(0x11 * (i / bytes + 1))) wrong++;
+  }
+  free(h);
+  printf("VERIFY %s bytes=%zu ranks=%d wrong=%ld %s\n", name, bytes, n, wrong, wrong ? "FAIL" : "ok");
+  fflush(stdout);
+  return wrong != 0;
+}
+
+static double burst_us(void (*coll)(size_t), size_t bytes, int k) {
+  double t0 = now_ns();
+  for (int i = 0; i < k; i++) coll(bytes);
+  double us = (now_ns() - t0) / 1e3 / k;
+  CU(cu.CtxSynchronize());
+  return us;
+}
+
+static void usage(const char* prog) {
+  fprintf(stderr,
+          "usage: %s [-l libcecoll.so] [-n ranks<=%d] [-s bytes,...] [-r rounds] [-k burst] [-t watchdog_s] [-x]\n"
+          "  -x: the C reference only (no libcecoll; buffers from cuMemAlloc)\n",
+          prog, MAXN);
+  exit(2);
+}
+
+int main(int argc, char** argv) {
+  const char* libPath = "build/libcecoll.so";
+  const char* sizesArg = "8,65536";
+  int rounds = 30, k = 64, watchdog = 60, refOnly = 0, opt;
+  while ((opt = getopt(argc, argv, "l:n:s:r:k:t:x")) != -1) {
+    switch (opt) {
+      case 'l': libPath = optarg; break;
+      case 'n': n = atoi(optarg); break;
+      case 's': sizesArg = optarg; break;
+      case 'r': rounds = atoi(optarg); break;
+      case 'k': k = atoi(optarg); break;
+      case 't': watchdog = atoi(optarg); break;
+      case 'x': refOnly = 1; break;
+      default: usage(argv[0]);
+    }
+  }
+  size_t sizes[MAXSIZES], maxBytes = 0;
+  int nsizes = 0;
+  for (const char* s = sizesArg; *s && nsizes < MAXSIZES;) {
+    char* end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || v == 0) usage(argv[0]);
+    sizes[nsizes++] = (size_t)v;
+    if (v > maxBytes) maxBytes = (size_t)v;
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') usage(argv[0]);
+  }
+  if (n < 2 || n > MAXN || rounds < 1 || k < 1 || nsizes == 0) usage(argv[0]);
+  /* SA_ONSTACK: the alarm may land on one of the Go runtime's threads. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  alarm((unsigned)watchdog);
+
+  /* As the library would do itself (it only can before the first context):
+   * parked wait-values need more than the default 8 hardware queues. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+
+  void* hc = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!hc) {
+    fprintf(stderr, "hostcost: no NVIDIA driver here (dlopen libcuda.so.1: %s): nothing to measure\n", dlerror());
+    return 2;
+  }
+  const char* L = "libcuda.so.1";
+  SYM(hc, L, cu.Init, "cuInit");
+  SYM(hc, L, cu.DriverGetVersion, "cuDriverGetVersion");
+  SYM(hc, L, cu.DeviceGetCount, "cuDeviceGetCount");
+  SYM(hc, L, cu.DeviceGet, "cuDeviceGet");
+  SYM(hc, L, cu.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  SYM(hc, L, cu.CtxSetCurrent, "cuCtxSetCurrent");
+  SYM(hc, L, cu.CtxSynchronize, "cuCtxSynchronize");
+  SYM(hc, L, cu.StreamCreate, "cuStreamCreate");
+  SYM(hc, L, cu.StreamDestroy, "cuStreamDestroy_v2");
+  SYM(hc, L, cu.StreamIsCapturing, "cuStreamIsCapturing");
+  SYM(hc, L, cu.EventCreate, "cuEventCreate");
+  SYM(hc, L, cu.EventDestroy, "cuEventDestroy_v2");
+  SYM(hc, L, cu.EventRecord, "cuEventRecord");
+  SYM(hc, L, cu.MemAlloc, "cuMemAlloc_v2");
+  SYM(hc, L, cu.MemFree, "cuMemFree_v2");
+  SYM(hc, L, cu.MemsetD8, "cuMemsetD8_v2");
+  SYM(hc, L, cu.MemcpyDtoH, "cuMemcpyDtoH_v2");
+  SYM(hc, L, cu.MemcpyAsync, "cuMemcpyAsync");
+  SYM(hc, L, cu.StreamBatchMemOp, "cuStreamBatchMemOp_v2");
+  SYM(hc, L, cu.GetErrorString, "cuGetErrorString");
+  OPTSYM(hc, L, cu.MemcpyBatchAsync, "cuMemcpyBatchAsync_v2");
+
+  int ver = 0, ndev = 0;
+  CU(cu.Init(0));
+  CU(cu.DriverGetVersion(&ver));
+  CU(cu.DeviceGetCount(&ndev));
+  if (ndev < 1) {
+    fprintf(stderr, "hostcost: no CUDA device\n");
+    return 2;
+  }
+  useBatchCopy = cu.MemcpyBatchAsync != NULL && ver >= 13000;
+  printf("INFO driver %d, CUDA_DEVICE_MAX_CONNECTIONS=%s, reference copies: %s\n", ver,
+         getenv("CUDA_DEVICE_MAX_CONNECTIONS"),
+         useBatchCopy ? "cuMemcpyBatchAsync_v2" : "cuMemcpyAsync per copy (no CUDA 13 batch copy)");
+  CUdevice dev;
+  CUcontext ctx;
+  CU(cu.DeviceGet(&dev, 0));
+  CU(cu.DevicePrimaryCtxRetain(&ctx, dev));
+  CU(cu.CtxSetCurrent(ctx));
+
+  size_t winBytes = (maxBytes * n + 4095) / 4096 * 4096;
+  if (refOnly) {
+    printf("INFO reference only (-x): %d ranks on device 0, burst %d, rounds %d\n", n, k, rounds);
+    for (int r = 0; r < n; r++) {
+      CUdeviceptr a, b;
+      CU(cu.StreamCreate(&streams[r], CU_STREAM_NON_BLOCKING));
+      CU(cu.EventCreate(&events[r], CU_EVENT_DISABLE_TIMING));
+      CU(cu.MemAlloc(&a, winBytes));
+      CU(cu.MemAlloc(&b, winBytes));
+      sendb[r] = (void*)(uintptr_t)a;
+      recvb[r] = (void*)(uintptr_t)b;
+    }
+  } else {
+    void* hl = dlopen(libPath, RTLD_NOW | RTLD_LOCAL);
+    if (!hl) {
+      fprintf(stderr, "hostcost: cannot load %s: %s\n", libPath, dlerror());
+      return 2;
+    }
+    SYM(hl, libPath, nc.CommInitAll, "ncclCommInitAll");
+    SYM(hl, libPath, nc.CommDestroy, "ncclCommDestroy");
+    SYM(hl, libPath, nc.GroupStart, "ncclGroupStart");
+    SYM(hl, libPath, nc.GroupEnd, "ncclGroupEnd");
+    SYM(hl, libPath, nc.AllGather, "ncclAllGather");
+    SYM(hl, libPath, nc.MemAlloc, "ncclMemAlloc");
+    SYM(hl, libPath, nc.MemFree, "ncclMemFree");
+    SYM(hl, libPath, nc.CommWindowRegister, "ncclCommWindowRegister");
+    SYM(hl, libPath, nc.CommWindowDeregister, "ncclCommWindowDeregister");
+    SYM(hl, libPath, nc.GetErrorString, "ncclGetErrorString");
+    SYM(hl, libPath, nc.GetLastError, "ncclGetLastError");
+    SYM(hl, libPath, nc.GetBackend, "cecollGetBackend");
+    const char* backend = "?";
+    NC(nc.GetBackend(&backend));
+    if (strcmp(backend, "nvidia") != 0) {
+      fprintf(stderr, "hostcost: cecoll runs on the %s backend; the reference needs nvidia (CECOLL_BACKEND=nvidia)\n",
+              backend);
+      return 2;
+    }
+    printf("INFO cecoll backend %s, CECOLL_SYNC=%s CECOLL_FLAG_WRITE=%s, %d ranks on device 0, burst %d, rounds %d\n",
+           backend, getenv("CECOLL_SYNC") ? getenv("CECOLL_SYNC") : "(unset)",
+           getenv("CECOLL_FLAG_WRITE") ? getenv("CECOLL_FLAG_WRITE") : "(unset)", n, k, rounds);
+    fflush(stdout);
+
+    int devs[MAXN] = {0};
+    NC(nc.CommInitAll(comms, n, devs));
+    CU(cu.CtxSetCurrent(ctx));
+    NC(nc.GroupStart());
+    for (int r = 0; r < n; r++) {
+      CU(cu.StreamCreate(&streams[r], CU_STREAM_NON_BLOCKING));
+      CU(cu.EventCreate(&events[r], CU_EVENT_DISABLE_TIMING));
+      NC(nc.MemAlloc(&sendb[r], winBytes));
+      NC(nc.MemAlloc(&recvb[r], winBytes));
+      NC(nc.CommWindowRegister(comms[r], sendb[r], winBytes, &sendw[r], NCCL_WIN_COLL_SYMMETRIC));
+      NC(nc.CommWindowRegister(comms[r], recvb[r], winBytes, &recvw[r], NCCL_WIN_COLL_SYMMETRIC));
+    }
+    NC(nc.GroupEnd());
+    CU(cu.CtxSetCurrent(ctx));
+  }
+  CU(cu.MemAlloc(&flags, 2 * 4 * (size_t)n * n));
+  CU(cu.MemsetD8(flags, 0, 2 * 4 * (size_t)n * n));
+  CU(cu.CtxSynchronize());
+
+  int bad = 0;
+  double* ce = malloc(sizeof(double) * rounds);
+  double* cr = malloc(sizeof(double) * rounds);
+  for (int si = 0; si < nsizes; si++) {
+    size_t bytes = sizes[si];
+    alarm((unsigned)watchdog);
+    if (!refOnly) bad |= verify("cecoll", cecoll_allgather, bytes);
+    bad |= verify("reference", ref_allgather, bytes);
+    if (!refOnly) burst_us(cecoll_allgather, bytes, k); /* warm-up */
+    burst_us(ref_allgather, bytes, k);
+    for (int i = 0; i < rounds; i++) {
+      ce[i] = refOnly ? 0 : burst_us(cecoll_allgather, bytes, k);
+      cr[i] = burst_us(ref_allgather, bytes, k);
+    }
+    double mce = median(ce, rounds), mcr = median(cr, rounds);
+    if (refOnly)
+      printf("HOSTCOST bytes=%zu ranks=%d cecoll_us=- c_us=%.2f ratio=- (reference only; per collective of %d "
+             "rank-calls; min %.2f; per rank-call %.2f)\n",
+             bytes, n, mcr, n, cr[0], mcr / n);
+    else
+      printf("HOSTCOST bytes=%zu ranks=%d cecoll_us=%.2f c_us=%.2f ratio=%.2f (per collective of %d rank-calls; "
+             "min %.2f / %.2f; per rank-call %.2f / %.2f)\n",
+             bytes, n, mce, mcr, mce / mcr, n, ce[0], cr[0], mce / n, mcr / n);
+    fflush(stdout);
+  }
+  free(ce);
+  free(cr);
+
+  alarm((unsigned)watchdog);
+  CU(cu.CtxSynchronize());
+  if (refOnly) {
+    for (int r = 0; r < n; r++) {
+      CU(cu.MemFree((CUdeviceptr)(uintptr_t)sendb[r]));
+      CU(cu.MemFree((CUdeviceptr)(uintptr_t)recvb[r]));
+      CU(cu.EventDestroy(events[r]));
+      CU(cu.StreamDestroy(streams[r]));
+    }
+    CU(cu.MemFree(flags));
+    return bad ? 1 : 0;
+  }
+  /* Teardown in cecoll-perf's order. */
+  for (int r = 0; r < n; r++) {
+    NC(nc.CommWindowDeregister(comms[r], sendw[r]));
+    NC(nc.CommWindowDeregister(comms[r], recvw[r]));
+    NC(nc.MemFree(sendb[r]));
+    NC(nc.MemFree(recvb[r]));
+    CU(cu.EventDestroy(events[r]));
+    CU(cu.StreamDestroy(streams[r]));
+  }
+  for (int r = 0; r < n; r++) NC(nc.CommDestroy(comms[r]));
+  CU(cu.MemFree(flags));
+  return bad ? 1 : 0;
+}
