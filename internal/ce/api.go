@@ -32,7 +32,7 @@ const (
 
 // Flag-write methods (Config.FlagWrite).
 const (
-	FlagWriteAuto  = "auto"  // write-value where Caps().PeerWriteValue, else copy
+	FlagWriteAuto  = "auto"  // write-value where Caps().PeerWriteValue and no other rank of the process shares the device, else copy
 	FlagWriteValue = "value" // stream write-value to the peer's flag
 	FlagWriteCopy  = "copy"  // 4-byte device-to-device copy of a device word (B5)
 )
@@ -332,8 +332,15 @@ func (e *Engine) setup() error {
 		if !e.caps.PeerWriteValue {
 			return result.Errorf(result.InvalidUsage, "ce init: flag write %q asked for, but this device refuses write-value to peer memory (use auto or copy)", FlagWriteValue)
 		}
+		if e.c.DeviceShared() {
+			log.Warnf("ce init: rank %d: CECOLL_FLAG_WRITE=value with other ranks of this process on device %d: measured to deadlock at times on the H200", e.rank, e.dev)
+		}
 	default:
-		e.flagCopy = !e.caps.PeerWriteValue && !seed.b5
+		// Copies also where ranks of this process share the device: on one
+		// H200, 5 of 8 runs of the B9 thread cases (9 ranks) hung with
+		// write-value flags and none of 8 with copies, which were also the
+		// faster (8 B AllGather graph replays, N=4: 35 against 41 us).
+		e.flagCopy = (!e.caps.PeerWriteValue || e.c.DeviceShared()) && !seed.b5
 	}
 
 	// Sync window (B17: zeroed before anyone uses it; the barrier below

@@ -366,6 +366,20 @@ func TestSideCopy(t *testing.T) {
 	})
 }
 
+// TestFlagWriteAuto pins the auto rule: write-value flags where the
+// device takes them and no other rank of the process shares the device,
+// copies otherwise.
+func TestFlagWriteAuto(t *testing.T) {
+	caps := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	w := newWorld(t, 3, worldOpts{caps: &caps, devices: 2}) // ranks 0 and 2 share device 0
+	w.run(testCfg(), 30*time.Second, false, func(r *rankEnv) error {
+		if want := r.dev == 0; r.e.flagCopy != want {
+			return fmt.Errorf("rank %d on device %d: flagCopy %v, want %v", r.rank, r.dev, r.e.flagCopy, want)
+		}
+		return nil
+	})
+}
+
 // TestCopyFallbacks covers the per-copy path (no batched copy) and the
 // legacy NULL stream (B14 has its own test).
 func TestCopyFallbacks(t *testing.T) {

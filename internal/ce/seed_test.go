@@ -241,7 +241,8 @@ func TestB7_MemOpBatchSplit(t *testing.T) {
 		w := newWorld(t, n, worldOpts{caps: &caps, devices: 4})
 		c := collCase{fn: FuncAllGather, count: 4, dtype: 0, mode: bufWindow}
 		cfg := testCfg()
-		cfg.Sync = SyncAllPairs // the seed's sync: 3(n-1) ops per batch
+		// The seed's sync with write-value flags: 3(n-1) ops per batch.
+		cfg.Sync, cfg.FlagWrite = SyncAllPairs, FlagWriteValue
 		return w.run(cfg, 30*time.Second, true, func(r *rankEnv) error { return r.graphOnce(c) })
 	}
 	requireAllOK(t)(scenario())
