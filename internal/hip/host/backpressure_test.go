@@ -48,6 +48,49 @@ func TestBackPressureBoundsQueue(t *testing.T) {
 	require.Equal(t, int64(3*maxPending), issued.Load())
 }
 
+// Records of one event that fill a stream's queue: the next EventRecord
+// waits for room while the worker runs the earlier markers of the same
+// event. It must not hold the event's lock across that wait (the worker's
+// marker takes it): that deadlocked 500 grouped 4-rank Gathers. The same
+// for StreamWaitEvent on a full queue while the event's stream drains.
+func TestRecordWaitsForRoomWithoutEventLock(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rt := newRT(t, Config{Devices: 1})
+	s := newStream(t, rt)
+	o := newStream(t, rt)
+	buf := alloc(t, rt, 4096)
+	gate := buf + 256
+	ev, err := rt.EventCreate(hip.EventDisableTiming)
+	require.NoError(t, err)
+	defer rt.EventDestroy(ev)
+	require.NoError(t, rt.StreamBatchMemOp(s, []hip.MemOp{wait(gate, 1, hip.WaitEQ)}))
+	require.NoError(t, rt.StreamBatchMemOp(o, []hip.MemOp{wait(gate, 1, hip.WaitEQ)}))
+	var issued atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2*maxPending; i++ {
+			if err := rt.EventRecord(ev, s); err != nil {
+				panic(err)
+			}
+			// o waits for ev's latest record: o's queue fills too.
+			if err := rt.StreamWaitEvent(o, ev); err != nil {
+				panic(err)
+			}
+			issued.Add(1)
+		}
+	}()
+	eventually(t, 5*time.Second, func() bool { return issued.Load() >= maxPending-2 }, "issuer never reached the bound")
+	store(gate, 1)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("EventRecord/StreamWaitEvent stuck after %d of %d calls", issued.Load(), 2*maxPending)
+	}
+	require.NoError(t, rt.StreamSynchronize(s))
+	require.NoError(t, rt.StreamSynchronize(o))
+}
+
 // A waiter asleep on a word of this process is counted in its bucket, so
 // the next write-value wakes it; the count returns to zero afterwards.
 func TestSleeperCountedAndWoken(t *testing.T) {

@@ -76,11 +76,15 @@ func (rt *Runtime) EventRecord(h hip.Event, sh hip.Stream) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	// Lock order: the stream, then the event. s.lock may wait for room
+	// until the worker drains ops, and a worker running an earlier marker
+	// of this event takes e.mu (mark): holding e.mu across that wait
+	// deadlocked a 4-rank group of 500 Gathers on the host device.
 	if err := s.lock(1); err != nil {
 		return err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if c := s.cap; c != nil {
 		id, err := c.record(s.branch)
 		s.mu.Unlock()
@@ -198,13 +202,16 @@ func (rt *Runtime) StreamWaitEvent(sh hip.Stream, h hip.Event) error {
 	if err != nil {
 		return err
 	}
+	// The latest record made before this call, read under e.mu and used
+	// after releasing it: no stream lock (nor its wait for room) is ever
+	// taken while holding an event's lock (see EventRecord).
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c := e.cap; c != nil && c.active() {
-		return c.join(s, e.capID)
+	ec, capID, es, seq := e.cap, e.capID, e.s, e.seq
+	e.mu.Unlock()
+	if ec != nil && ec.active() {
+		return ec.join(s, capID)
 	}
-	es, seq := e.s, e.seq
-	if e.cap != nil {
+	if ec != nil {
 		es = nil
 	}
 	if err := s.lock(1); err != nil {
