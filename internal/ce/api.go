@@ -39,11 +39,12 @@ const (
 
 // Sync algorithms (Config.Sync).
 const (
-	// SyncAuto picks per communicator: star from 4 ranks up, unless the
-	// sync window has a multicast address; allpairs otherwise. Measured on
-	// one H200 (docs/measurements.md): the GPU runs a sync's flag writes
-	// nearly one after another, so n(n-1) writes cost more than 2(n-1)
-	// writes and one extra hop from 4 ranks up.
+	// SyncAuto picks per communicator: star from 5 ranks up, unless the
+	// device has multicast; allpairs otherwise. Measured on one H200 with
+	// copy-written flags (docs/measurements.md), 8 B AllGather graph
+	// replays: N=4 allpairs 35 us, star 38; N=8 allpairs 111, star 73. The
+	// GPU runs a sync's flag writes nearly one after another, so n(n-1)
+	// writes end up costing more than 2(n-1) writes and a second hop.
 	SyncAuto = "auto"
 	// SyncAllPairs is the seed's sync: every rank writes its slot in every
 	// peer's array (or once to the multicast address) and waits for all of
@@ -431,7 +432,7 @@ func (e *Engine) setup() error {
 	case SyncStar:
 		e.star = n > 1
 	case SyncAuto:
-		e.star = n >= 4 && !e.caps.Multicast
+		e.star = n >= 5 && !e.caps.Multicast
 	}
 	// Multicast, eagerly and before the barrier (B6); only with more than
 	// two ranks, where one write replaces several, and only for allpairs.

@@ -319,7 +319,7 @@ func TestSyncAlgorithms(t *testing.T) {
 	})
 }
 
-// TestSyncAuto pins the auto rule: star from 4 ranks up without multicast,
+// TestSyncAuto pins the auto rule: star from 5 ranks up without multicast,
 // all pairs otherwise.
 func TestSyncAuto(t *testing.T) {
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
@@ -329,7 +329,7 @@ func TestSyncAuto(t *testing.T) {
 		n    int
 		caps hip.Caps
 		star bool
-	}{{2, nomc, false}, {3, nomc, false}, {4, nomc, true}, {4, mc, false}} {
+	}{{2, nomc, false}, {4, nomc, false}, {5, nomc, true}, {8, nomc, true}, {5, mc, false}} {
 		t.Run(fmt.Sprintf("n=%d/mc=%v", tc.n, tc.caps.Multicast), func(t *testing.T) {
 			caps := tc.caps
 			w := newWorld(t, tc.n, worldOpts{caps: &caps})
