@@ -1,7 +1,9 @@
 """The collective cases one spawned session runs on every rank.
 
 Inputs are random and seeded per (case, rank), so each rank regenerates every
-other rank's input and computes the expected result with torch alone.
+other rank's input and computes the expected result with torch alone, on CPU.
+The tensors the collectives see are on the group's device (pg.device): CPU on
+the host backend, the rank's CUDA device on a GPU backend.
 Every rank runs the cases in the same order (collectives must match).
 """
 
@@ -75,9 +77,10 @@ def rand(name, rank, shape, dtype):
 
 
 def same(a, b):
-    """Bitwise equality (copies must be exact)."""
+    """Bitwise equality (copies must be exact), compared on CPU copies."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    a, b = a.cpu(), b.cpu()
     if a.element_size() == 2:
         return torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
     return torch.equal(a, b)
@@ -86,7 +89,14 @@ def same(a, b):
 def _buf(pg, mode, shape, dtype):
     if mode == "registered":
         return pg.alloc_tensor(shape, dtype)
-    return torch.empty(shape, dtype=dtype)
+    return torch.empty(shape, dtype=dtype, device=pg.device)
+
+
+def sync(pg):
+    """Waits for the work queued on torch's current stream: GPU collectives
+    are asynchronous (on the host backend they return finished)."""
+    if pg.device.type == "cuda":
+        torch.cuda.synchronize(pg.device)
 
 
 def run_collective(pg, name, op, dtype, shape, mode, case_index):
@@ -116,6 +126,7 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
                 inp = reg(_buf(pg, mode, shape, dtype))
                 inp.copy_(mine)
             pg.all_gather_into_tensor(out, inp)
+            sync(pg)
             if not same(out, expect):
                 return "output differs from torch.cat of every rank's input"
         elif op == "all_to_all":
@@ -125,6 +136,7 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
             inp.copy_(mine)
             out = inp if mode == "inplace" else reg(_buf(pg, mode, big, dtype))
             pg.all_to_all_single(out, inp)
+            sync(pg)
             if not same(out, expect):
                 return "output differs from the expected block transpose"
         elif op == "scatter":
@@ -141,10 +153,11 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
                 out = reg(_buf(pg, mode, shape, dtype))
                 out.fill_(0)
             if mode == "list":
-                arg = list(full.chunk(w)) if r == root else None
+                arg = list(full.to(pg.device).chunk(w)) if r == root else None
             else:
                 arg = send if r == root else None
             pg.scatter(out, arg, src=root)
+            sync(pg)
             if not same(out, expect):
                 return "rank %d's chunk differs from the root's (root %d)" % (r, root)
             if r == root and mode != "list" and not same(send, full):
@@ -159,10 +172,11 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
                 inp = reg(_buf(pg, mode, shape, dtype))
             inp.copy_(mine)
             if mode == "list":
-                arg = [torch.zeros(shape, dtype=dtype) for _ in range(w)] if r == root else None
+                arg = [torch.zeros(shape, dtype=dtype, device=pg.device) for _ in range(w)] if r == root else None
             else:
                 arg = recv if r == root else None
             pg.gather(inp, arg, dst=root)
+            sync(pg)
             if r == root:
                 got = torch.cat(arg) if mode == "list" else recv
                 if not same(got, expect):
@@ -181,7 +195,7 @@ def run_errors(pg, rec):
     import cecoll
     from cecoll import _lib
 
-    r, w = pg.rank, pg.world_size
+    r, w, dev = pg.rank, pg.world_size, pg.device
 
     def expect_raise(case, exc_type, fn, check=None):
         try:
@@ -195,8 +209,8 @@ def run_errors(pg, rec):
             return
         rec.record(case, "no exception, expected %s" % exc_type.__name__)
 
-    send = torch.zeros(4, dtype=torch.float32)
-    recv = torch.zeros(4 * w, dtype=torch.float32)
+    send = torch.zeros(4, dtype=torch.float32, device=dev)
+    recv = torch.zeros(4 * w, dtype=torch.float32, device=dev)
 
     def bad_datatype():
         # Past the Python checks: the library itself must refuse the datatype.
@@ -216,17 +230,19 @@ def run_errors(pg, rec):
 
     expect_raise("error/nccl_bad_datatype", cecoll.CecollError, bad_datatype, check_nccl_error)
     expect_raise(
-        "error/size_mismatch", ValueError, lambda: pg.all_gather_into_tensor(torch.zeros(4 * w + 1), send),
+        "error/size_mismatch", ValueError, lambda: pg.all_gather_into_tensor(torch.zeros(4 * w + 1, device=dev), send),
         lambda e: None if "expected world_size" in str(e) else "unclear message: %s" % e,
     )
     expect_raise(
         "error/unsupported_dtype", ValueError,
-        lambda: pg.all_to_all_single(torch.zeros(w, dtype=torch.complex64), torch.zeros(w, dtype=torch.complex64)),
+        lambda: pg.all_to_all_single(
+            torch.zeros(w, dtype=torch.complex64, device=dev), torch.zeros(w, dtype=torch.complex64, device=dev)
+        ),
         lambda e: None if "complex64" in str(e) else "unclear message: %s" % e,
     )
     expect_raise(
         "error/not_contiguous", ValueError,
-        lambda: pg.all_gather_into_tensor(recv, torch.zeros(4, 2)[:, 0]),
+        lambda: pg.all_gather_into_tensor(recv, torch.zeros(4, 2, device=dev)[:, 0]),
         lambda e: None if "contiguous" in str(e) else "unclear message: %s" % e,
     )
     expect_raise("error/root_out_of_range", ValueError, lambda: pg.gather(send, recv, dst=w))
@@ -236,9 +252,10 @@ def run_errors(pg, rec):
 
     # Nothing above reached the peers: the group still works.
     try:
-        mine = torch.full((3,), r, dtype=torch.int64)
-        out = torch.empty(3 * w, dtype=torch.int64)
+        mine = torch.full((3,), r, dtype=torch.int64, device=dev)
+        out = torch.empty(3 * w, dtype=torch.int64, device=dev)
         pg.all_gather_into_tensor(out, mine)
+        sync(pg)
         ok = same(out, torch.arange(w, dtype=torch.int64).repeat_interleave(3))
         rec.record("error/group_still_works", None if ok else "wrong AllGather result after the errors")
     except Exception:
@@ -247,31 +264,40 @@ def run_errors(pg, rec):
     rec.record("alloc/freed_on_release", check_alloc_release(pg))
 
 
-def _memfd_maps():
-    with open("/proc/self/maps") as f:
-        return sum(1 for line in f if "memfd:" in line)
+def _live_allocs(pg):
+    """ncclMemAlloc allocations alive in this process: memfd mappings on the
+    host device; on a GPU, where this process cannot see the mappings, the
+    binding's owner objects (their release calls ncclMemFree)."""
+    import gc
+
+    if pg.device.type == "cpu":
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if "memfd:" in line)
+    from cecoll import group
+
+    return sum(1 for o in gc.get_objects() if isinstance(o, group._CudaMemory))
 
 
 def check_alloc_release(pg):
-    """ncclMemAlloc memory (a memfd mapping on the host device) lives while
-    any view of the tensor does and is unmapped by ncclMemFree after."""
+    """ncclMemAlloc memory lives while any view of the tensor does and is
+    freed by ncclMemFree after."""
     import gc
 
-    base = _memfd_maps()
+    base = _live_allocs(pg)
     t = pg.alloc_tensor((3, 1000), torch.float32)
-    if _memfd_maps() != base + 1:
-        return "alloc_tensor made %d memfd mappings, expected 1" % (_memfd_maps() - base)
+    if _live_allocs(pg) != base + 1:
+        return "alloc_tensor made %d allocations, expected 1" % (_live_allocs(pg) - base)
     view = t[1]
     view.fill_(7)
     del t
     gc.collect()
-    if _memfd_maps() != base + 1:
+    if _live_allocs(pg) != base + 1:
         return "the memory was freed while a view of it was alive"
     if not bool((view == 7).all()):
         return "the view's contents changed"
     del view
     gc.collect()
-    if _memfd_maps() != base:
+    if _live_allocs(pg) != base:
         return "the memory was not freed after the last view went away"
     return None
 

@@ -1,4 +1,5 @@
-"""Test set-up: the suite runs the ranks on the host device (CPU tensors)."""
+"""Test set-up: the ranks run on the caller's CECOLL_BACKEND, host (CPU
+tensors) when unset; see harness.py for running on GPUs."""
 
 import os
 import sys

@@ -1,17 +1,30 @@
 """Spawning ranks for the tests: torch.multiprocessing.spawn (never fork),
-with a watchdog that kills the ranks and fails the test instead of hanging."""
+with a watchdog that kills the ranks and fails the test instead of hanging.
+
+Backend: the ranks use the CECOLL_BACKEND of the caller's environment
+(host when unset: CPU tensors, what CI runs). To run the suite on GPUs:
+
+    make && CECOLL_BACKEND=nvidia CECOLL_LIBRARY=$PWD/build/libcecoll.so \
+        PYTHONPATH=python python3 -m pytest python/tests -q -x
+
+Each rank then uses CUDA device rank % torch.cuda.device_count() (cecoll
+allows several ranks on one GPU) and the cases run on CUDA tensors. That CUDA
+path was written against torch 2.x but has not been run on a GPU yet.
+"""
 
 import json
 import os
 import socket
 import time
 
+import torch
 import torch.multiprocessing as mp
 
-# Environment every rank gets: the host device, and cecoll's own timeouts
-# short enough that a stuck collective fails inside the watchdog's window.
+# Environment every rank gets: the caller's backend (default host), and
+# cecoll's own timeouts short enough that a stuck collective fails inside the
+# watchdog's window.
 RANK_ENV = {
-    "CECOLL_BACKEND": "host",
+    "CECOLL_BACKEND": os.environ.get("CECOLL_BACKEND") or "host",
     "CECOLL_TIMEOUT": "30",
     "CECOLL_BOOTSTRAP_TIMEOUT": "30",
 }
@@ -31,6 +44,13 @@ def _entry(rank, fn, world_size, env, args):
     for k, v in env.items():
         if os.environ.get(k) != v:
             raise RuntimeError("rank %d started without %s=%s in its environment" % (rank, k, v))
+    if env["CECOLL_BACKEND"] in ("nvidia", "amd"):
+        # ProcessGroup takes torch's current device (ROCm torch uses the cuda
+        # names too): pick it before any group exists, as torch users do.
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise RuntimeError("CECOLL_BACKEND=%s but torch sees no CUDA device" % env["CECOLL_BACKEND"])
+        torch.cuda.set_device(rank % count)
     fn(rank, world_size, *args)
 
 
