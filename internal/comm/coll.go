@@ -77,10 +77,19 @@ func (c *Comm) Launch(a *ce.Args, sendWin, recvWin *Window) error {
 	if recvWin != nil {
 		c.args.RecvWin = recvWin
 	}
-	return c.launchLocked(&c.args)
+	cur, err := c.rt.GetDevice()
+	if err != nil {
+		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
+	}
+	err = c.launchLocked(&c.args)
+	if cur != c.dev {
+		c.rt.SetDevice(cur)
+	}
+	return err
 }
 
-// launchNow launches a deferred collective at ncclGroupEnd.
+// launchNow launches a deferred collective at ncclGroupEnd. It leaves the
+// comm's device current: the group restores the caller's once, at its end.
 func (c *Comm) launchNow(a *ce.Args) error {
 	if err := c.usable(FuncName(a.Func)); err != nil {
 		return err
@@ -91,22 +100,14 @@ func (c *Comm) launchNow(a *ce.Args) error {
 	return c.launchLocked(&c.args)
 }
 
-// launchLocked hands a to the engine; c.engMu held. The engine makes the
-// comm's device current; the caller's device is restored afterwards.
+// launchLocked hands a to the engine, which makes the comm's device
+// current; c.engMu held. The caller restores its own device.
 func (c *Comm) launchLocked(a *ce.Args) error {
 	if c.eng == nil {
 		return result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", FuncName(a.Func))
 	}
-	cur, err := c.rt.GetDevice()
-	if err != nil {
-		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
-	}
 	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
-	err = c.eng.Launch(a)
-	if cur != c.dev {
-		c.rt.SetDevice(cur)
-	}
-	if err != nil {
+	if err := c.eng.Launch(a); err != nil {
 		return result.Errorf(result.Of(err), "%s: %w", FuncName(a.Func), err)
 	}
 	return nil

@@ -196,6 +196,15 @@ func (g *group) launch() []error {
 			g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
 		}
 	}
+	// Each launch makes its comm's device current; the caller's device
+	// comes back once, here, not after every rank (each device switch is
+	// a driver call, or a system call on the host device).
+	rt := g.colls[0].c.rt
+	cur, err := rt.GetDevice()
+	if err != nil {
+		return append(errs, result.Errorf(result.UnhandledCudaError, "current device: %w", err))
+	}
+	defer rt.SetDevice(cur)
 	for i := range g.colls {
 		pc := &g.colls[i]
 		if bad[key{pc.c.w, pc.seq}] {
