@@ -4,14 +4,15 @@
  *
  *   (a) cecoll: ncclGroupStart; N x ncclAllGather (zero-copy windows from
  *       ncclMemAlloc + ncclCommWindowRegister); ncclGroupEnd  = 1 collective
- *   (b) C reference: for each of the N ranks, the driver calls of the seed
- *       protocol's ncclCeAllGather with UC sync (ce_coll.cc), as cecoll
- *       issues them: cuStreamIsCapturing; cuStreamBatchMemOp_v2 of (N-1)
- *       writes of 1 to the peers' ready slots, (N-1) waits GEQ 1 on its own
- *       slots and N writes of 0 resetting its own slots; cuMemcpyBatchAsync_v2
- *       of N copies (its own chunk included; one attribute: srcAccessOrder
- *       STREAM, PREFER_OVERLAP_WITH_COMPUTE); the same memop batch on the
- *       complete slots; cuEventRecord.
+ *   (b) C reference: for each of the N ranks, the driver calls cecoll's
+ *       AllGather makes: cuStreamIsCapturing; a flag sync on the ready
+ *       slots; cuMemcpyBatchAsync_v2 of N copies (its own chunk included;
+ *       one attribute: srcAccessOrder STREAM, PREFER_OVERLAP_WITH_COMPUTE);
+ *       a flag sync on the complete slots; cuEventRecord. The flag sync
+ *       follows CECOLL_SYNC and CECOLL_FLAG_WRITE with cecoll's rules (see
+ *       sync_batch): all pairs or star, flags by write-value (announce and
+ *       wait and reset in one cuStreamBatchMemOp_v2) or by 4-byte
+ *       cuMemcpyAsync from a device word set by a write-value.
  * Both use the same N non-blocking streams on the primary context and the
  * same device buffers (the reference's flags come from cuMemAlloc).
  *
@@ -211,37 +212,68 @@ static CUdeviceptr slot(int complete, int owner, int from) {
   return flags + 4 * ((size_t)complete * n * n + (size_t)owner * n + from);
 }
 
-/* The memop batch of one flag sync of rank r (ce_coll.cc ncclPrepUCSync plus
- * the resets of ncclMemOpSync, graph style: a constant 1 and resets to 0, so
- * it can repeat forever without sequence numbers). */
+/* The flag-sync choices cecoll made for this run, read from the same
+ * variables with the same rules (internal/ce: every rank here shares device
+ * 0, so CECOLL_FLAG_WRITE=auto means copies; CECOLL_SYNC=auto means star
+ * from 5 ranks up), so that both sides make the same driver calls. */
+static int refStar, refCopy;
+static CUdeviceptr words; /* rank r's u32 at words + 4r: the copies' source */
+
+static void memop(CUstreamBatchMemOpParams* o, unsigned op, CUdeviceptr a, unsigned v) {
+  memset(o, 0, sizeof *o);
+  o->op.operation = op;
+  o->op.address = a;
+  o->op.value = v;
+  o->op.flags = op == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? CU_STREAM_WAIT_VALUE_GEQ : CU_STREAM_WRITE_VALUE_DEFAULT;
+}
+
+static void submit(int r, CUstreamBatchMemOpParams* ops, int* k) {
+  if (*k > 0) CU(cu.StreamBatchMemOp(streams[r], (unsigned)*k, ops, 0));
+  *k = 0;
+}
+
+/* Rank r announces itself in array `complete` of rank `to`, or of every
+ * peer when to < 0 (internal/ce announce): by queued write-values, or by
+ * a write-value to its word (submitted) and 4-byte copies from it. */
+static void announce(int r, int complete, int to, CUstreamBatchMemOpParams* ops, int* k) {
+  if (!refCopy) {
+    for (int p = 0; p < n; p++)
+      if (p != r && (to < 0 || p == to)) memop(&ops[(*k)++], CU_STREAM_MEM_OP_WRITE_VALUE_32, slot(complete, p, r), 1);
+    return;
+  }
+  memop(&ops[(*k)++], CU_STREAM_MEM_OP_WRITE_VALUE_32, words + 4 * (CUdeviceptr)r, 1);
+  submit(r, ops, k);
+  for (int p = 0; p < n; p++)
+    if (p != r && (to < 0 || p == to)) CU(cu.MemcpyAsync(slot(complete, p, r), words + 4 * (CUdeviceptr)r, 4, streams[r]));
+}
+
+/* Rank r waits for slot `from` of its array (every peer's when from < 0),
+ * then resets what it waited on, and submits (internal/ce await). A
+ * constant 1 and resets, graph style, so it repeats without sequence
+ * numbers. */
+static void await_slots(int r, int complete, int from, CUstreamBatchMemOpParams* ops, int* k) {
+  for (int p = 0; p < n; p++)
+    if (p != r && (from < 0 || p == from)) memop(&ops[(*k)++], CU_STREAM_MEM_OP_WAIT_VALUE_32, slot(complete, r, p), 1);
+  for (int p = 0; p < n; p++)
+    if (p != r && (from < 0 || p == from)) memop(&ops[(*k)++], CU_STREAM_MEM_OP_WRITE_VALUE_32, slot(complete, r, p), 0);
+  submit(r, ops, k);
+}
+
+/* One flag sync of rank r, as internal/ce sync issues it. */
 static void sync_batch(int r, int complete) {
   CUstreamBatchMemOpParams ops[3 * MAXN];
   int k = 0;
-  memset(ops, 0, sizeof ops);
-  for (int p = 0; p < n; p++) {
-    if (p == r) continue;
-    ops[k].op.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    ops[k].op.address = slot(complete, p, r);
-    ops[k].op.value = 1;
-    ops[k].op.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    k++;
+  if (!refStar) { /* all pairs */
+    announce(r, complete, -1, ops, &k);
+    await_slots(r, complete, -1, ops, &k);
+  } else if (r != 0) { /* star: arrive at rank 0, wait for its release */
+    announce(r, complete, 0, ops, &k);
+    await_slots(r, complete, 0, ops, &k);
+  } else { /* star, rank 0: gather the arrivals, then release everyone */
+    await_slots(0, complete, -1, ops, &k);
+    announce(0, complete, -1, ops, &k);
+    submit(0, ops, &k);
   }
-  for (int p = 0; p < n; p++) {
-    if (p == r) continue;
-    ops[k].op.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    ops[k].op.address = slot(complete, r, p);
-    ops[k].op.value = 1;
-    ops[k].op.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    k++;
-  }
-  for (int p = 0; p < n; p++) {
-    ops[k].op.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    ops[k].op.address = slot(complete, r, p);
-    ops[k].op.value = 0;
-    ops[k].op.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    k++;
-  }
-  CU(cu.StreamBatchMemOp(streams[r], (unsigned)k, ops, 0));
 }
 
 static void ref_allgather(size_t bytes) {
@@ -461,6 +493,17 @@ int main(int argc, char** argv) {
   }
   CU(cu.MemAlloc(&flags, 2 * 4 * (size_t)n * n));
   CU(cu.MemsetD8(flags, 0, 2 * 4 * (size_t)n * n));
+  CU(cu.MemAlloc(&words, 4 * (size_t)n));
+  CU(cu.MemsetD8(words, 0, 4 * (size_t)n));
+  {
+    const char* sy = getenv("CECOLL_SYNC");
+    const char* fw = getenv("CECOLL_FLAG_WRITE");
+    refStar = sy && strcmp(sy, "star") == 0 ? 1 : sy && strcmp(sy, "allpairs") == 0 ? 0 : n >= 5;
+    refCopy = !(fw && strcmp(fw, "value") == 0);
+    printf("INFO reference sync: %s, flags by %s (as cecoll with CECOLL_SYNC=%s CECOLL_FLAG_WRITE=%s)\n",
+           refStar ? "star" : "all pairs", refCopy ? "4-byte copies" : "write-value", sy ? sy : "auto",
+           fw ? fw : "auto");
+  }
   CU(cu.CtxSynchronize());
 
   int bad = 0;
@@ -501,6 +544,7 @@ int main(int argc, char** argv) {
       CU(cu.StreamDestroy(streams[r]));
     }
     CU(cu.MemFree(flags));
+    CU(cu.MemFree(words));
     return bad ? 1 : 0;
   }
   /* Teardown in cecoll-perf's order. */
@@ -514,5 +558,6 @@ int main(int argc, char** argv) {
   }
   for (int r = 0; r < n; r++) NC(nc.CommDestroy(comms[r]));
   CU(cu.MemFree(flags));
+  CU(cu.MemFree(words));
   return bad ? 1 : 0;
 }
