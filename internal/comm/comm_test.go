@@ -288,6 +288,37 @@ func TestLaunchAllocs(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// A grouped collective of every rank (ncclGroupStart, one call per rank,
+// ncclGroupEnd) allocates nothing either, once the thread has run a group.
+func TestGroupLaunchAllocs(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
+	defer func() { newEngine = old }()
+	rt := newRT(t, 1)
+	comms, err := InitAll(rt, 4, []int{0, 0, 0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	defer destroyAll(t, comms)
+	runtime.LockOSThread() // groups belong to the calling thread
+	defer runtime.UnlockOSThread()
+	group := func() {
+		if err := GroupStart(); err != nil {
+			panic(err)
+		}
+		for r, c := range comms {
+			base := hip.DevicePtr(0x10000 * (r + 1))
+			if err := c.Collective(ce.FuncAllGather, base, base+0x100, 4, 7, 0, 0x1234); err != nil {
+				panic(err)
+			}
+		}
+		if err := GroupEnd(); err != nil {
+			panic(err)
+		}
+	}
+	group()
+	require.Zero(t, testing.AllocsPerRun(100, group))
+}
+
 type nopEngine struct{}
 
 func (nopEngine) Launch(*ce.Args) error { return nil }

@@ -11,12 +11,52 @@ import (
 )
 
 // group is one OS thread's open ncclGroupStart/End: the deferred work.
+// Finished groups go back to groupPool with their slices emptied, so that
+// a steady stream of grouped collectives allocates nothing.
 type group struct {
 	depth   int
 	inits   []*Comm
 	ceInits []*Comm
 	regs    []*Window
 	colls   []pendingColl
+
+	// launch's scratch: the set of each collective (same world and
+	// sequence), and every complete set's peer buffers.
+	setOf []int
+	sets  []collSet
+	index map[setKey]int
+	peers []hip.DevicePtr
+}
+
+type setKey struct {
+	w   *world
+	seq uint64
+}
+
+// collSet is one collective's ranks in a group: how many were issued, and
+// whether they disagree.
+type collSet struct {
+	key   setKey
+	first int // index in colls of its first rank
+	count int
+	bad   bool
+}
+
+var groupPool = sync.Pool{New: func() any { return &group{index: make(map[setKey]int)} }}
+
+// release empties g (dropping its pointers) and returns it to the pool.
+func (g *group) release() {
+	clear(g.inits)
+	clear(g.ceInits)
+	clear(g.regs)
+	clear(g.colls)
+	clear(g.peers)
+	clear(g.sets)
+	clear(g.index)
+	g.depth = 0
+	g.inits, g.ceInits, g.regs, g.colls = g.inits[:0], g.ceInits[:0], g.regs[:0], g.colls[:0]
+	g.setOf, g.sets, g.peers = g.setOf[:0], g.sets[:0], g.peers[:0]
+	groupPool.Put(g)
 }
 
 type pendingColl struct {
@@ -56,7 +96,7 @@ func GroupStart() error {
 	defer groups.Unlock()
 	g := groups.m[tid]
 	if g == nil {
-		g = &group{}
+		g = groupPool.Get().(*group)
 		groups.m[tid] = g
 		openGroups.Add(1)
 	}
@@ -71,6 +111,7 @@ func GroupEnd() error {
 	if g == nil {
 		return err
 	}
+	defer g.release()
 	return g.run()
 }
 
@@ -99,6 +140,18 @@ func closeLevel(call string) (*group, error) {
 // thread may hold every rank), each comm's own in that order; then the
 // collectives in issue order.
 func (g *group) run() error {
+	var errs []error
+	if len(g.inits)+len(g.ceInits)+len(g.regs) > 0 {
+		errs = g.setUp()
+	}
+	if len(g.colls) > 0 {
+		errs = append(errs, g.launch()...)
+	}
+	return firstError(errs)
+}
+
+// setUp runs the group's creations, ncclCeInit calls and registrations.
+func (g *group) setUp() []error {
 	var order []*Comm
 	jobs := make(map[*Comm]*[]*Window)
 	initing := make(map[*Comm]bool)
@@ -124,34 +177,27 @@ func (g *group) run() error {
 		j := add(w.c)
 		*j = append(*j, w)
 	}
-	var errs []error
-	if len(order) > 0 {
-		errs = onThreads(order, func(c *Comm) error {
-			if initing[c] {
-				if err := c.runInit(); err != nil {
-					return err
-				}
+	return onThreads(order, func(c *Comm) error {
+		if initing[c] {
+			if err := c.runInit(); err != nil {
+				return err
 			}
-			if ceIniting[c] {
-				if err := c.ceInitNow(); err != nil {
-					return err
-				}
+		}
+		if ceIniting[c] {
+			if err := c.ceInitNow(); err != nil {
+				return err
 			}
-			for _, w := range *jobs[c] {
-				if err := c.usable("ncclCommWindowRegister"); err != nil {
-					return err
-				}
-				if err := c.register(w); err != nil {
-					return err
-				}
+		}
+		for _, w := range *jobs[c] {
+			if err := c.usable("ncclCommWindowRegister"); err != nil {
+				return err
 			}
-			return nil
-		})
-	}
-	if len(g.colls) > 0 {
-		errs = append(errs, g.launch()...)
-	}
-	return firstError(errs)
+			if err := c.register(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // launch issues the deferred collectives in order. A collective whose
@@ -159,41 +205,58 @@ func (g *group) run() error {
 // (Args.PeerSend/PeerRecv): each rank sees the same complete set, so all
 // ranks of that call take the same path.
 func (g *group) launch() []error {
-	type key struct {
-		w   *world
-		seq uint64
+	for i := range g.colls {
+		pc := &g.colls[i]
+		k := setKey{pc.c.w, pc.seq}
+		j, ok := g.index[k]
+		if !ok {
+			j = len(g.sets)
+			g.index[k] = j
+			g.sets = append(g.sets, collSet{key: k, first: i})
+		}
+		g.sets[j].count++
+		g.setOf = append(g.setOf, j)
 	}
-	sets := make(map[key][]int)
-	for i, pc := range g.colls {
-		k := key{pc.c.w, pc.seq}
-		sets[k] = append(sets[k], i)
+	need := 0
+	for _, st := range g.sets {
+		if st.count == st.key.w.n {
+			need += 2 * st.key.w.n
+		}
 	}
+	g.peers = append(g.peers[:0], make([]hip.DevicePtr, need)...) // grows once; no allocation after
 	var errs []error
-	bad := make(map[key]bool)
-	for k, idx := range sets {
-		if len(idx) != k.w.n {
+	off := 0
+	for j := range g.sets {
+		st := &g.sets[j]
+		n := st.key.w.n
+		if st.count != n {
 			continue
 		}
-		send := make([]hip.DevicePtr, k.w.n)
-		recv := make([]hip.DevicePtr, k.w.n)
-		a0 := &g.colls[idx[0]].a
-		for _, i := range idx {
+		send, recv := g.peers[off:off+n:off+n], g.peers[off+n:off+2*n:off+2*n]
+		off += 2 * n
+		a0 := &g.colls[st.first].a
+		for i := st.first; i < len(g.colls); i++ {
+			if g.setOf[i] != j {
+				continue
+			}
 			a := &g.colls[i].a
 			if a.Func != a0.Func || a.Count != a0.Count || a.Datatype != a0.Datatype || a.Root != a0.Root {
 				errs = append(errs, result.Errorf(result.InvalidUsage,
 					"ranks of one grouped collective disagree: rank %d issued func %d count %d datatype %d root %d, rank %d func %d count %d datatype %d root %d",
-					g.colls[idx[0]].c.rank, a0.Func, a0.Count, a0.Datatype, a0.Root, g.colls[i].c.rank, a.Func, a.Count, a.Datatype, a.Root))
-				bad[k] = true
+					g.colls[st.first].c.rank, a0.Func, a0.Count, a0.Datatype, a0.Root, g.colls[i].c.rank, a.Func, a.Count, a.Datatype, a.Root))
+				st.bad = true
 				break
 			}
 			r := g.colls[i].c.rank
 			send[r], recv[r] = a.Send, a.Recv
 		}
-		if bad[k] {
+		if st.bad {
 			continue
 		}
-		for _, i := range idx {
-			g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
+		for i := st.first; i < len(g.colls); i++ {
+			if g.setOf[i] == j {
+				g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
+			}
 		}
 	}
 	// Each launch makes its comm's device current; the caller's device
@@ -206,11 +269,10 @@ func (g *group) launch() []error {
 	}
 	defer rt.SetDevice(cur)
 	for i := range g.colls {
-		pc := &g.colls[i]
-		if bad[key{pc.c.w, pc.seq}] {
+		if g.sets[g.setOf[i]].bad {
 			continue
 		}
-		if err := pc.c.launchNow(&pc.a); err != nil {
+		if err := g.colls[i].c.launchNow(&g.colls[i].a); err != nil {
 			errs = append(errs, err)
 		}
 	}
