@@ -316,7 +316,11 @@ func TestGroupLaunchAllocs(t *testing.T) {
 		}
 	}
 	group()
-	require.Zero(t, testing.AllocsPerRun(100, group))
+	allocs := testing.AllocsPerRun(100, group)
+	if raceEnabled {
+		t.Skipf("race detector: sync.Pool drops objects on purpose (%v allocations per group)", allocs)
+	}
+	require.Zero(t, allocs)
 }
 
 type nopEngine struct{}
