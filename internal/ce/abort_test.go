@@ -38,10 +38,21 @@ func streamDoneWithin(rt hip.Runtime, s hip.Stream, d time.Duration) error {
 // and frees the state.
 func TestAbortReleasesWaits(t *testing.T) {
 	c := collCase{fn: FuncAllGather, count: 3000, dtype: 0, mode: bufPlain} // 3 ranks x 3000 B: 3 staged rounds
-	for _, graph := range []bool{false, true} {
-		t.Run(fmt.Sprintf("graph=%v", graph), func(t *testing.T) {
-			w := newWorld(t, 3, worldOpts{})
-			w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
+	for _, tc := range []struct {
+		sync    string
+		devices int
+		graph   bool
+	}{
+		{SyncAllPairs, 0, false}, {SyncAllPairs, 0, true},
+		{SyncStar, 0, false}, {SyncStar, 0, true},
+		{SyncStar, 1, false}, {SyncStar, 1, true}, // releases in rank 0's array
+	} {
+		graph := tc.graph
+		t.Run(fmt.Sprintf("%s/devices=%d/graph=%v", tc.sync, tc.devices, graph), func(t *testing.T) {
+			w := newWorld(t, 3, worldOpts{devices: tc.devices})
+			cfg := testCfg()
+			cfg.Sync = tc.sync
+			w.run(cfg, 20*time.Second, false, func(r *rankEnv) error {
 				if r.rank == 2 {
 					r.w.bar.wait() // never joins the collective
 					return nil
@@ -92,6 +103,53 @@ func TestAbortReleasesWaits(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestAbortReleasesOnlyItself: rank 2 never calls, and only one of ranks 0
+// and 1 aborts. The other stays blocked: an abort writes only the words its
+// own waits watch, never one a peer waits on (rank 0's array holds the
+// peers' release words when every rank is on one device), and the flags
+// its released stream copies later carry 0 (a star's rank 0 would release
+// everyone).
+func TestAbortReleasesOnlyItself(t *testing.T) {
+	c := collCase{fn: FuncAllGather, count: 8, dtype: 0, mode: bufPlain}
+	for _, sy := range []string{SyncAllPairs, SyncStar} {
+		for _, aborter := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s/aborter=%d", sy, aborter), func(t *testing.T) {
+				w := newWorld(t, 3, worldOpts{devices: 1})
+				cfg := testCfg()
+				cfg.Sync, cfg.FlagWrite = sy, FlagWriteCopy
+				w.run(cfg, 20*time.Second, false, func(r *rankEnv) error {
+					if r.rank == 2 {
+						r.w.bar.wait()
+						r.w.bar.wait()
+						return nil
+					}
+					p := r.prepare(c)
+					if err := r.e.Launch(&p.args); err != nil {
+						return err
+					}
+					if r.rank == aborter {
+						require.NoError(t, r.e.Abort())
+						if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
+							return err
+						}
+					}
+					r.w.bar.wait()
+					if r.rank != aborter {
+						time.Sleep(50 * time.Millisecond)
+						require.ErrorIs(t, r.rt.StreamQuery(r.s), hip.ErrNotReady, "rank %d released by rank %d's abort", r.rank, aborter)
+						require.NoError(t, r.e.Abort())
+						if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
+							return err
+						}
+					}
+					r.w.bar.wait()
+					return r.e.Finalize()
+				})
+			})
+		}
 	}
 }
 

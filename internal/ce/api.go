@@ -39,12 +39,13 @@ const (
 
 // Sync algorithms (Config.Sync).
 const (
-	// SyncAuto picks per communicator: star from 5 ranks up, unless the
+	// SyncAuto picks per communicator: star from 4 ranks up, unless the
 	// device has multicast; allpairs otherwise. Measured on one H200 with
 	// copy-written flags (docs/measurements.md), 8 B AllGather graph
-	// replays: N=4 allpairs 35 us, star 38; N=8 allpairs 111, star 73. The
-	// GPU runs a sync's flag writes nearly one after another, so n(n-1)
-	// writes end up costing more than 2(n-1) writes and a second hop.
+	// replays, us, allpairs / star: N=2 10.6 / 12.9, N=3 21.9 / 23.4,
+	// N=4 35.0 / 27.9, N=8 108.9 / 50.5. The GPU runs a sync's flag
+	// writes nearly one after another, so n(n-1) writes soon cost more
+	// than the star's second hop.
 	SyncAuto = "auto"
 	// SyncAllPairs is the seed's sync: every rank writes its slot in every
 	// peer's array (or once to the multicast address) and waits for all of
@@ -206,10 +207,11 @@ type Engine struct {
 	mc       hip.DevicePtr // multicast address of the sync window; 0: unicast
 	mcTried  bool          // seed.b6: lazy multicast set-up done
 	star     bool          // SyncStar: rank 0 coordinates every sync
+	rootRel  bool          // star on one device: releases in rank 0's array (Engine.sync)
 
-	// Device words for copy-based flag writes (B4/B5): [0] the graph
-	// constant 1, [1] and [2] the eager value of a ready and a complete
-	// sync.
+	// Device words for copy-based flag writes (B4/B5): the constant 1,
+	// copied by every sync with copied flags, eager or captured (and the
+	// seed modes' sequence value, see wordSeq).
 	words    hip.DevicePtr
 	flagCopy bool
 	hostSeq  uint32 // seed.b4 only: the host-memory source the seed used
@@ -344,9 +346,26 @@ func (e *Engine) setup() error {
 		e.flagCopy = (!e.caps.PeerWriteValue || e.c.DeviceShared()) && !seed.b5
 	}
 
+	// The sync algorithm: from the configuration, n, the backend and
+	// OneDevice only, so every rank picks the same.
+	mcUsable := e.caps.Multicast && n > 2 && !seed.b6
+	switch e.cfg.Sync {
+	case SyncStar:
+		e.star = n > 1
+	case SyncAuto:
+		e.star = n >= 4 && !e.caps.Multicast
+	}
+	e.rootRel = e.star && e.c.OneDevice() && !seqFlags()
+
 	// Sync window (B17: zeroed before anyone uses it; the barrier below
-	// makes sure every rank's zeroing is done before any peer writes).
-	e.complOff = alignUp(uintptr(n)*4, 16)
+	// makes sure every rank's zeroing is done before any peer writes):
+	// two arrays of n slots, or under rootRel rank 0's lane words and
+	// then one release word per peer.
+	words := n
+	if e.rootRel {
+		words = max(n, laneWords(n)+n-1)
+	}
+	e.complOff = alignUp(uintptr(words)*4, 16)
 	e.syncSize = 2 * e.complOff
 	var err error
 	if e.syncBase, err = rt.MemAlloc(e.syncSize); err != nil {
@@ -361,13 +380,17 @@ func (e *Engine) setup() error {
 		return initErr("sync window register", err)
 	}
 
-	// Device words: the graph constant 1 and the eager flag sources.
-	if e.words, err = rt.MemAlloc(64); err != nil {
+	// Device words: the constant 1 that copied flags carry, and n more
+	// ones, the source of a rootRel release.
+	w := make([]uint32, wordOnes/4+n+1) // the ones, then a zero
+	w[wordGraph/4] = graphSyncValue
+	for i := range n {
+		w[wordOnes/4+i] = graphSyncValue
+	}
+	if e.words, err = rt.MemAlloc(uintptr(len(w)) * 4); err != nil {
 		return initErr("flag words alloc", err)
 	}
-	var w [16]uint32
-	w[0] = graphSyncValue
-	if err := copyWords(rt, e.words, w[:]); err != nil {
+	if err := copyWords(rt, e.words, w); err != nil {
 		return initErr("flag words init", err)
 	}
 
@@ -425,15 +448,6 @@ func (e *Engine) setup() error {
 		e.seq = 0
 	}
 
-	// The sync algorithm: from the configuration, n and the backend only,
-	// so every rank picks the same.
-	mcUsable := e.caps.Multicast && n > 2 && !seed.b6
-	switch e.cfg.Sync {
-	case SyncStar:
-		e.star = n > 1
-	case SyncAuto:
-		e.star = n >= 5 && !e.caps.Multicast
-	}
 	// Multicast, eagerly and before the barrier (B6); only with more than
 	// two ranks, where one write replaces several, and only for allpairs.
 	if mcUsable && !e.star {
@@ -447,14 +461,17 @@ func (e *Engine) setup() error {
 	return nil
 }
 
-// graphSyncValue is the flag value of every sync inside a captured graph.
+// graphSyncValue is the flag value of every sync inside a captured graph,
+// and of every sync with copied flags.
 const graphSyncValue = 1
 
-// Word offsets inside Engine.words.
+// Offsets inside Engine.words: the constant 1, the eager value of the seed
+// modes (seqFlags), and the ones and zeros that a rootRel release and
+// reset copy (Engine.zeros).
 const (
 	wordGraph = 0
-	wordReady = 4
-	wordCompl = 8
+	wordSeq   = 4
+	wordOnes  = 8 // n words of 1, then a word of 0
 )
 
 func initErr(what string, err error) error {
@@ -572,13 +589,18 @@ func (e *Engine) waitDone(query func() error) bool {
 }
 
 // Abort releases every flag wait this rank's streams have queued or will
-// reach, without waiting for peers: it writes releaseValue into every slot
-// of both local arrays from the engine's own stream (stream writes, not a
+// reach, without waiting for peers: it writes releaseValue into every word
+// its waits watch, in both arrays (Engine.waitWords: never a word a peer
+// waits on), from the engine's own stream (stream writes, not a
 // synchronous copy, which may stall while streams are parked on waits), and
 // repeats the writes every millisecond until Finalize, because each sync
 // resets its array after its waits. Launch then fails with InvalidUsage
 // ("communicator aborted"). Idempotent. Collectives released this way move
-// whatever their buffers hold: their results are undefined.
+// whatever their buffers hold: their results are undefined. Peers are not
+// released by it where flags are copied (the default where ranks share a
+// device): the released stream's later flag copies carry 0. Write-value
+// flags carry their value in the op, so there a released rank's later
+// flags still count for its peers.
 func (e *Engine) Abort() error {
 	if e == nil {
 		return nil
@@ -610,10 +632,18 @@ func (e *Engine) Abort() error {
 		}
 		e.abortStream = s
 	}
-	ops := make([]hip.MemOp, 0, 2*e.n)
+	// First, zero the sources of this rank's copied flags: its stream,
+	// once released, goes on to copy them to its peers, and a rank's abort
+	// must not release a peer (a star's rank 0 would release everyone).
+	// The default write-value fence keeps these before the releases.
+	ops := make([]hip.MemOp, 0, 3*e.n+1)
+	ops = append(ops, hip.WriteValue32(e.words+wordGraph, 0))
+	for i := range e.n {
+		ops = append(ops, hip.WriteValue32(e.words+hip.DevicePtr(wordOnes+4*i), 0))
+	}
 	for _, arr := range [2]uintptr{0, e.complOff} {
-		for r := range e.n {
-			ops = append(ops, hip.WriteValue32(e.syncBase+hip.DevicePtr(arr+uintptr(r)*4), releaseValue))
+		for _, p := range e.waitWords(arr) {
+			ops = append(ops, hip.WriteValue32(p, releaseValue))
 		}
 	}
 	if err := hip.BatchMemOps(e.rt, e.abortStream, ops); err != nil {

@@ -3,6 +3,7 @@ package ce
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,14 +295,14 @@ func TestFlagWriteAndSync(t *testing.T) {
 // TestSyncAlgorithms runs every collective under each sync algorithm and
 // flag-write method, on adversarial streams (chaos reorders the copies of
 // a batch and delays streams), with rank counts around the auto rule's
-// threshold.
+// threshold and, for the star's byte lanes, one and two lane words.
 func TestSyncAlgorithms(t *testing.T) {
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
 	hipc := nomc
 	hipc.SplitWaitReset = true
 	for _, sy := range []string{SyncAllPairs, SyncStar} {
 		for _, fw := range []string{FlagWriteValue, FlagWriteCopy} {
-			for _, n := range []int{2, 3, 5} {
+			for _, n := range []int{2, 3, 5, 6} {
 				t.Run(fmt.Sprintf("%s/%s/n=%d", sy, fw, n), func(t *testing.T) {
 					cfg := testCfg()
 					cfg.Sync, cfg.FlagWrite = sy, fw
@@ -309,6 +310,27 @@ func TestSyncAlgorithms(t *testing.T) {
 					runCases(t, n, worldOpts{caps: &caps, chaos: int64(n)}, cfg, allCases(n, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
 				})
 			}
+		}
+	}
+	for _, sy := range []string{SyncAllPairs, SyncStar} {
+		// Ranks 0 and 2 share device 0 and copy their flags; rank 1 has
+		// device 1 to itself and writes values: the methods must agree.
+		t.Run(sy+"/mixed-flags", func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Sync = sy
+			caps := nomc
+			runCases(t, 3, worldOpts{caps: &caps, chaos: 13, devices: 2}, cfg, allCases(3, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
+		})
+	}
+	for _, fw := range []string{FlagWriteValue, FlagWriteCopy} {
+		for _, n := range []int{2, 5, 6} {
+			// Every rank on one device: the star's releases in rank 0's array.
+			t.Run(fmt.Sprintf("star/%s/onedevice/n=%d", fw, n), func(t *testing.T) {
+				cfg := testCfg()
+				cfg.Sync, cfg.FlagWrite = SyncStar, fw
+				caps := nomc
+				runCases(t, n, worldOpts{caps: &caps, chaos: int64(20 + n), devices: 1}, cfg, allCases(n, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
+			})
 		}
 	}
 	t.Run("star/hip", func(t *testing.T) {
@@ -319,7 +341,7 @@ func TestSyncAlgorithms(t *testing.T) {
 	})
 }
 
-// TestSyncAuto pins the auto rule: star from 5 ranks up without multicast,
+// TestSyncAuto pins the auto rule: star from 4 ranks up without multicast,
 // all pairs otherwise.
 func TestSyncAuto(t *testing.T) {
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
@@ -329,7 +351,7 @@ func TestSyncAuto(t *testing.T) {
 		n    int
 		caps hip.Caps
 		star bool
-	}{{2, nomc, false}, {4, nomc, false}, {5, nomc, true}, {8, nomc, true}, {5, mc, false}} {
+	}{{2, nomc, false}, {3, nomc, false}, {4, nomc, true}, {8, nomc, true}, {5, mc, false}} {
 		t.Run(fmt.Sprintf("n=%d/mc=%v", tc.n, tc.caps.Multicast), func(t *testing.T) {
 			caps := tc.caps
 			w := newWorld(t, tc.n, worldOpts{caps: &caps})
@@ -416,6 +438,7 @@ func TestCaptureReplay(t *testing.T) {
 		{"copyflags", func(c *Config) { c.FlagWrite = FlagWriteCopy }, nil},
 		{"star", func(c *Config) { c.Sync = SyncStar }, nil},
 		{"star-copyflags", func(c *Config) { c.Sync, c.FlagWrite = SyncStar, FlagWriteCopy }, nil},
+		{"star-onedevice", func(c *Config) { c.Sync = SyncStar }, nil},
 		{"sidecopy", func(*Config) { sideCopyMin = 1 }, nil},
 		{"hip", func(*Config) {}, &hip.Caps{BatchCopy: true, PeerWriteValue: true, Multicast: true, SplitWaitReset: true}},
 	} {
@@ -432,7 +455,11 @@ func TestCaptureReplay(t *testing.T) {
 				{fn: FuncGather, count: 600, dtype: 0, root: 3, mode: bufPlain, nullBuf: true},
 				{fn: FuncAllGather, count: 10, dtype: 7, mode: bufGroup, inPlace: true},
 			}
-			w := newWorld(t, n, worldOpts{chaos: 3, caps: tc.caps})
+			o := worldOpts{chaos: 3, caps: tc.caps}
+			if strings.HasSuffix(tc.name, "onedevice") {
+				o.devices = 1 // the star's releases in rank 0's array
+			}
+			w := newWorld(t, n, o)
 			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
 				ps := make([]prepared, len(cases))
 				for i, c := range cases {

@@ -28,6 +28,10 @@ type Comm interface {
 	// device's hardware queues, so the engine adds no stream of its own
 	// there (see Engine.side).
 	DeviceShared() bool
+	// OneDevice reports whether every rank of the communicator runs in
+	// this process on this rank's device. The answer is the same on every
+	// rank, so it may choose the sync protocol (see Engine.rootRel).
+	OneDevice() bool
 }
 
 // Window is a symmetric window: one buffer per rank at the same offsets.

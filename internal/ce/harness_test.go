@@ -36,6 +36,12 @@ type world struct {
 	closed  atomic.Bool     // the runtime was closed to end a hang
 	failed  atomic.Bool     // a rank failed: the barrier is open, nothing is freed
 	started sync.WaitGroup  // ranks not yet past Init and StreamCreate
+
+	// SharedMem, as internal/comm: internal window memory is freed once
+	// no rank holds it (a released stream may still write into a peer's).
+	shMu      sync.Mutex
+	shHolders int
+	shPending []hip.DevicePtr
 }
 
 type worldOpts struct {
@@ -141,6 +147,43 @@ func (c *testComm) DeviceShared() bool {
 		}
 	}
 	return false
+}
+
+// HoldShared implements SharedMem.
+func (c *testComm) HoldShared() {
+	c.w.shMu.Lock()
+	c.w.shHolders++
+	c.w.shMu.Unlock()
+}
+
+// ReleaseShared implements SharedMem: the last holder frees everything.
+func (c *testComm) ReleaseShared(ps ...hip.DevicePtr) error {
+	w := c.w
+	w.shMu.Lock()
+	defer w.shMu.Unlock()
+	w.shPending = append(w.shPending, ps...)
+	w.shHolders--
+	if w.shHolders > 0 {
+		return nil
+	}
+	var first error
+	for _, p := range w.shPending {
+		if err := c.rt.MemFree(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.shPending = nil
+	return first
+}
+
+// OneDevice: every rank of the world on this rank's device.
+func (c *testComm) OneDevice() bool {
+	for _, o := range c.w.comms {
+		if o.dev != c.dev {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *testComm) RegisterWindow(p hip.DevicePtr, size uintptr) (Window, error) {

@@ -50,8 +50,10 @@ type Comm struct {
 	rank int
 	size int
 	dev  int
-	// devShared: another rank runs in this process on dev (initCollective).
+	// devShared: another rank runs in this process on dev; oneDevice:
+	// every rank does (initCollective).
 	devShared bool
+	oneDevice bool
 	cfg       Config
 	w         *world
 	boot      Bootstrap
@@ -95,6 +97,10 @@ func (c *Comm) Device() int { return c.dev }
 // in this process on the same device (known once creation has gathered
 // every rank's device and process).
 func (c *Comm) DeviceShared() bool { return c.devShared }
+
+// OneDevice implements ce.Comm: every rank runs in this process on this
+// rank's device (the same answer on every rank).
+func (c *Comm) OneDevice() bool { return c.oneDevice }
 
 // Runtime implements ce.Comm.
 func (c *Comm) Runtime() hip.Runtime { return c.rt }
@@ -259,10 +265,13 @@ func (c *Comm) initCollective() error {
 	if err != nil {
 		return err
 	}
+	c.oneDevice = true
 	for r, p := range all {
-		if r != c.rank && len(p) == len(b) && [16]byte(p) == b {
+		same := len(p) == len(b) && [16]byte(p) == b
+		if r != c.rank && same {
 			c.devShared = true
 		}
+		c.oneDevice = c.oneDevice && same
 	}
 	eng, err := newEngine(c, ce.ConfigFromEnv())
 	if err != nil {

@@ -28,10 +28,13 @@ func TestInitAllRepeatedDevices(t *testing.T) {
 		name string
 		devs []int
 		want []int
+		// what the engine learns: another rank shares my device in this
+		// process (per rank), every rank does (the same on all)
+		shared, one bool
 	}{
-		{"nil devlist", nil, []int{0, 1}},
-		{"repeated", []int{0, 0, 1, 1}, []int{0, 0, 1, 1}},
-		{"all on one", []int{1, 1, 1}, []int{1, 1, 1}},
+		{"nil devlist", nil, []int{0, 1}, false, false},
+		{"repeated", []int{0, 0, 1, 1}, []int{0, 0, 1, 1}, true, false},
+		{"all on one", []int{1, 1, 1}, []int{1, 1, 1}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			comms, err := InitAll(rt, len(tc.want), tc.devs, DefaultConfig())
@@ -40,6 +43,8 @@ func TestInitAllRepeatedDevices(t *testing.T) {
 				require.Equal(t, r, c.Rank())
 				require.Equal(t, len(tc.want), c.Size())
 				require.Equal(t, tc.want[r], c.Device())
+				require.Equal(t, tc.shared, c.DeviceShared())
+				require.Equal(t, tc.one, c.OneDevice())
 				require.NoError(t, c.AsyncError())
 			}
 			destroyAll(t, comms)
