@@ -162,6 +162,30 @@ CUresult cuGraphLaunch(struct graph* ge, struct stream* s) {
 }
 CUresult cuGraphExecDestroy(struct graph* ge) { (void)ge; return 0; }
 CUresult cuGraphDestroy(struct graph* g) { free(g->ops); free(g); return 0; }
+/* For bench/h200/hostcost -x (and its cushim check): every stream runs at
+ * the call, so a wait-value cannot block and is not checked; write-values
+ * and copies run, so the data still is. */
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuStreamIsCapturing(struct stream* s, int* c) { *c = s && s->capturing; return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void*)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, struct stream* st) {
+  return cuMemcpyDtoDAsync_v2(d, s, n, st);
+}
+CUresult cuStreamBatchMemOp_v2(struct stream* s, unsigned count, uint64_t* ops, unsigned f) {
+  (void)f;
+  for (unsigned i = 0; i < count; i++) { /* 48-byte params: operation, address, value (gpu-abi.md A.1) */
+    uint64_t* o = ops + 6 * i;
+    if ((uint32_t)o[0] == 2) /* a write-value; waits cannot block here */
+      submit(s, (struct op){.kind = OP_SET32, .dst = (void*)(uintptr_t)o[1], .n = 1, .v = (unsigned)o[2]});
+  }
+  return 0;
+}
+CUresult cuMemcpyBatchAsync_v2(CUdeviceptr* d, CUdeviceptr* s, size_t* n, size_t count, void* attrs,
+                               size_t* idx, size_t nattrs, struct stream* st) {
+  (void)attrs, (void)idx, (void)nattrs;
+  for (size_t i = 0; i < count; i++) cuMemcpyDtoDAsync_v2(d[i], s[i], n[i], st);
+  return 0;
+}
 CUresult cuGetErrorName(CUresult r, const char** s) { *s = r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE"; return 0; }
 CUresult cuGetErrorString(CUresult r, const char** s) { (void)r; *s = "fake failure"; return 0; }
 

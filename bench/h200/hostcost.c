@@ -32,9 +32,19 @@
  * with a mock libcuda.so.1 to check the flag protocol and the data.
  *
  * Output: "HOSTCOST bytes=B ranks=N cecoll_us=.. c_us=.. ratio=.." per size
- * (us per collective, median), plus VERIFY / INFO lines. Exit 0 on success,
- * 1 on a failed call or check, 2 when there is no GPU or library, 3 when
- * the watchdog fired (a hang). Never calls cuMulticast*. */
+ * (us per collective, median), plus VERIFY / INFO lines.
+ *
+ * Under bench/h200/cushim.c (a counting libcuda.so.1 first on
+ * LD_LIBRARY_PATH, found by its cushim_* symbols in the libcuda handle) the
+ * timed bursts of each side count into their own shim account (the untimed
+ * syncs, checks and warm-ups into account 0), and per size and side it also
+ * prints "HOSTSPLIT bytes=B side=cecoll|c calls_per_coll=..
+ * driver_us_per_coll=.. outside_us_per_coll=.. wall_us_per_coll=.." (means
+ * over all timed bursts; outside = wall - time inside the real driver) and
+ * the shim's per-symbol "CUSHIM bytes=B side=.." block on stderr.
+ *
+ * Exit 0 on success, 1 on a failed call or check, 2 when there is no GPU or
+ * library, 3 when the watchdog fired (a hang). Never calls cuMulticast*. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -118,6 +128,15 @@ static struct {
                                CUstream);
   CUresult (*GetErrorString)(CUresult, const char**);
 } cu;
+
+/* cushim.c's controls; all NULL under the real driver. */
+static struct {
+  int (*account)(int);
+  int (*mark)(const char*);
+  int (*totals)(unsigned long long*, unsigned long long*);
+  const char* (*real)(void);
+} shim;
+enum { ACCT_OTHER = 0, ACCT_CECOLL = 1, ACCT_C = 2 };
 
 /* ---- NCCL / cecoll API, declared by hand (include/nccl.h) ---------------- */
 typedef int ncclResult_t;
@@ -331,12 +350,39 @@ static int verify(const char* name, void (*coll)(size_t), size_t bytes) {
   return wrong != 0;
 }
 
-static double burst_us(void (*coll)(size_t), size_t bytes, int k) {
+/* acct: the shim account the burst counts into (ACCT_OTHER: not reported);
+ * the synchronize after it always counts into ACCT_OTHER. */
+static double burst_us(void (*coll)(size_t), size_t bytes, int k, int acct) {
+  if (shim.account) shim.account(acct);
   double t0 = now_ns();
   for (int i = 0; i < k; i++) coll(bytes);
   double us = (now_ns() - t0) / 1e3 / k;
+  if (shim.account) shim.account(ACCT_OTHER);
   CU(cu.CtxSynchronize());
   return us;
+}
+
+/* The shim's split of one side's timed bursts (us[] per collective, one per
+ * round): calls and driver time from the shim, wall time from our own clock. */
+static void hostsplit(size_t bytes, const char* side, int acct, const double* us, int rounds, int k) {
+  if (!shim.mark) return;
+  unsigned long long calls = 0, ns = 0;
+  shim.account(acct);
+  shim.totals(&calls, &ns);
+  double colls = (double)rounds * k, wall = 0;
+  for (int i = 0; i < rounds; i++) wall += us[i];
+  wall /= rounds;
+  char label[64];
+  snprintf(label, sizeof label, "bytes=%zu side=%s", bytes, side);
+  shim.mark(label); /* first: its wall_us would count our printing */
+  shim.account(ACCT_OTHER);
+  double drv = (double)ns / 1e3 / colls;
+  printf("HOSTSPLIT bytes=%zu side=%s calls_per_coll=%.1f driver_us_per_coll=%.2f outside_us_per_coll=%.2f "
+         "wall_us_per_coll=%.2f (means over %d bursts of %d; per rank-call %.1f calls, %.2f us in the driver, %.2f "
+         "outside)\n",
+         bytes, side, (double)calls / colls, drv, wall - drv, wall, rounds, k, (double)calls / colls / n, drv / n,
+         (wall - drv) / n);
+  fflush(stdout);
 }
 
 static void usage(const char* prog) {
@@ -415,6 +461,11 @@ int main(int argc, char** argv) {
   SYM(hc, L, cu.StreamBatchMemOp, "cuStreamBatchMemOp_v2");
   SYM(hc, L, cu.GetErrorString, "cuGetErrorString");
   OPTSYM(hc, L, cu.MemcpyBatchAsync, "cuMemcpyBatchAsync_v2");
+  OPTSYM(hc, L, shim.account, "cushim_account");
+  OPTSYM(hc, L, shim.mark, "cushim_mark");
+  OPTSYM(hc, L, shim.totals, "cushim_totals");
+  OPTSYM(hc, L, shim.real, "cushim_real");
+  if (!shim.account || !shim.mark || !shim.totals || !shim.real) shim.account = NULL, shim.mark = NULL;
 
   int ver = 0, ndev = 0;
   CU(cu.Init(0));
@@ -428,6 +479,7 @@ int main(int argc, char** argv) {
   printf("INFO driver %d, CUDA_DEVICE_MAX_CONNECTIONS=%s, reference copies: %s\n", ver,
          getenv("CUDA_DEVICE_MAX_CONNECTIONS"),
          useBatchCopy ? "cuMemcpyBatchAsync_v2" : "cuMemcpyAsync per copy (no CUDA 13 batch copy)");
+  if (shim.mark) printf("INFO cushim: counting driver calls (real driver %s)\n", shim.real() ? shim.real() : "none");
   CUdevice dev;
   CUcontext ctx;
   CU(cu.DeviceGet(&dev, 0));
@@ -514,11 +566,16 @@ int main(int argc, char** argv) {
     alarm((unsigned)watchdog);
     if (!refOnly) bad |= verify("cecoll", cecoll_allgather, bytes);
     bad |= verify("reference", ref_allgather, bytes);
-    if (!refOnly) burst_us(cecoll_allgather, bytes, k); /* warm-up */
-    burst_us(ref_allgather, bytes, k);
+    if (!refOnly) burst_us(cecoll_allgather, bytes, k, ACCT_OTHER); /* warm-up */
+    burst_us(ref_allgather, bytes, k, ACCT_OTHER);
+    for (int a = ACCT_CECOLL; shim.mark && a <= ACCT_C; a++) { /* from zero for this size */
+      shim.account(a);
+      shim.mark(NULL);
+      shim.account(ACCT_OTHER);
+    }
     for (int i = 0; i < rounds; i++) {
-      ce[i] = refOnly ? 0 : burst_us(cecoll_allgather, bytes, k);
-      cr[i] = burst_us(ref_allgather, bytes, k);
+      ce[i] = refOnly ? 0 : burst_us(cecoll_allgather, bytes, k, ACCT_CECOLL);
+      cr[i] = burst_us(ref_allgather, bytes, k, ACCT_C);
     }
     double mce = median(ce, rounds), mcr = median(cr, rounds);
     if (refOnly)
@@ -530,6 +587,8 @@ int main(int argc, char** argv) {
              "min %.2f / %.2f; per rank-call %.2f / %.2f)\n",
              bytes, n, mce, mcr, mce / mcr, n, ce[0], cr[0], mce / n, mcr / n);
     fflush(stdout);
+    if (!refOnly) hostsplit(bytes, "cecoll", ACCT_CECOLL, ce, rounds, k);
+    hostsplit(bytes, "c", ACCT_C, cr, rounds, k);
   }
   free(ce);
   free(cr);

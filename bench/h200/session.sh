@@ -8,6 +8,10 @@
 # Steps, in run order (SESSION_STEPS picks some, e.g. "D3 D2"):
 #   D3  issue 6: host cost of one 4-rank AllGather, cecoll vs the same driver
 #       calls from C (bench/h200/hostcost.c), 8 B and 64 KiB
+#   D5  issue 6: where D3's extra host time goes: hostcost at 8 B under
+#       bench/h200/cushim.c (a counting libcuda.so.1), defaults and
+#       allpairs/value: driver calls, time inside the driver and outside it
+#       per collective, per side, and per symbol
 #   D2  issue 6: 8 B per rank, graph replay, N=2,4,8, for CECOLL_SYNC x
 #       CECOLL_FLAG_WRITE (and the defaults, also eager)
 #   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, -R 1 eager/graph, and
@@ -27,7 +31,7 @@
 #   OUT              log folder (default /tmp/cecoll_session)
 #   SESSION_BUDGET   seconds the whole run may take (default 540); a step
 #                    gets at most what is left, and is skipped when < 8 s
-#   SESSION_STEPS    steps to run (default "D3 D2 D1 A B C D4"; they always run in that order)
+#   SESSION_STEPS    steps to run (default "D3 D5 D2 D1 A B C D4"; they always run in that order)
 #   SESSION_BACKEND  nvidia (default) or host: the plumbing check on a
 #                    machine without a GPU (nvidia-only steps are skipped,
 #                    sizes shrink)
@@ -39,6 +43,9 @@
 #   D1_SIZES         "64M 256M" (host: "1M 4M")
 #   D2_ITERS         graph replays per 8 B row (default 50; eager rows: calls)
 #   D2_K             collectives captured per graph (cecoll-perf -K, default 20)
+#   D2_COMBOS        [old:]sync/flag pairs (default "default/default allpairs/value
+#                    allpairs/copy star/value star/copy"); old: runs against OLD_LIB
+#   OLD_LIB          another build's libcecoll.so, in its own folder (for old: combos)
 #   HC_ROUNDS        hostcost bursts (default 30)
 #   HC_EXTRA         more sync/flag pairs for hostcost (default "allpairs/value star/copy";
 #                    "" for none); the C reference follows the same pair
@@ -52,7 +59,7 @@ exec > >(tee "$OUT/session.log") 2>&1
 TEE_PID=$!
 
 BUDGET=${SESSION_BUDGET:-540}
-STEPS=${SESSION_STEPS:-"D3 D2 D1 A B C D4"}
+STEPS=${SESSION_STEPS:-"D3 D5 D2 D1 A B C D4"}
 BACKEND=${SESSION_BACKEND:-nvidia}
 PY=${PYTHON:-python3}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -62,7 +69,7 @@ PERF=$ROOT/build/cecoll-perf
 CT=$ROOT/build/ctests
 BIN=$(mktemp -d "${TMPDIR:-/tmp}/cecoll_session_bin.XXXXXX")
 trap 'rm -rf "$BIN"' EXIT
-mkdir -p "$OUT"/{a,b,c,d1,d2,d3,d4}
+mkdir -p "$OUT"/{a,b,c,d1,d2,d3,d4,d5}
 
 export NCCL_NVLS_ENABLE=0 CECOLL_BACKEND=$BACKEND
 export LD_LIBRARY_PATH=$ROOT/build:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
@@ -233,19 +240,74 @@ if want D3; then
   fi
 fi
 
+# ---- D5: host cost split by a counting libcuda.so.1 ------------------------------------
+# cushim.c is built as $BIN/cushim/libcuda.so.1 and put first on
+# LD_LIBRARY_PATH, so hostcost and cecoll both load it; it forwards to the
+# real driver (the next libcuda.so.1 on LD_LIBRARY_PATH, else the system
+# one) and counts. hostcost prints HOSTSPLIT per side and the shim a CUSHIM
+# block per side (stderr, same log).
+if want D5; then
+  echo; echo "== D5 (issue 6): hostcost at 8 B under cushim (driver calls counted and timed)"
+  if [ -z "$HOSTCOST" ]; then
+    skip_step D5 "hostcost under cushim" "needs the nvidia backend and a built hostcost"
+  elif ! { mkdir -p "$BIN/cushim" &&
+    gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BIN/cushim/libcuda.so.1" bench/h200/cushim.c \
+      -ldl -lpthread && gcc -O2 -Wall -Wextra -DCUSHIM_BENCH -o "$BIN/cushim_bench" bench/h200/cushim.c -ldl; } \
+    >"$OUT/d5/build_cushim.log" 2>&1; then
+    skip_step D5 "hostcost under cushim" "cushim.c did not build (d5/build_cushim.log)"
+    cat "$OUT/d5/build_cushim.log"
+  else
+    # Every name the backend resolves must be a shim export, or it would
+    # miss the driver (required: Open fails; optional: silently absent).
+    miss=$(grep -oE 'name: +"cu[A-Za-z0-9_]+"' internal/hip/nvidia/symbols.go | cut -d'"' -f2 | sort -u |
+      comm -23 - <(nm -D --defined-only "$BIN/cushim/libcuda.so.1" | awk '{ print $3 }' | sort -u))
+    if [ -n "$miss" ]; then
+      echo "CUSHIM check: symbols.go names the shim lacks: $(tr '\n' ' ' <<<"$miss")"
+    else
+      echo "CUSHIM check: every symbols.go name is a shim export"
+    fi
+    SHIMLP="$BIN/cushim:$LD_LIBRARY_PATH"
+    run_step D5 "cushim overhead (cuDriverGetVersion)" 10 "$OUT/d5/overhead.txt" \
+      env LD_LIBRARY_PATH="$SHIMLP" "$BIN/cushim_bench" 200000
+    grep -E '^CUSHIM' "$OUT/d5/overhead.txt"
+    for combo in default/default allpairs/value; do
+      envs=()
+      [ "$combo" != default/default ] && envs=(CECOLL_SYNC="${combo%/*}" CECOLL_FLAG_WRITE="${combo#*/}")
+      fl="$OUT/d5/hostsplit_${combo//\//_}.txt"
+      run_step D5 "hostcost 8 B under cushim ${combo}" 25 "$fl" \
+        env LD_LIBRARY_PATH="$SHIMLP" "${envs[@]}" "$HOSTCOST" -l "$LIB" -n 4 -s 8 -r "$HC_ROUNDS" -k 64 -t 20
+      grep -E '^(HOSTCOST|HOSTSPLIT|CUSHIM)|watchdog' "$fl"
+    done
+  fi
+fi
+
 # ---- D2: 8 B, graph replay, per sync algorithm and flag method ---------------------------
-D2_COMBOS="default/default allpairs/value allpairs/copy star/value star/copy"
+# A combo is [old:]sync/flag; "old:" runs it against $OLD_LIB (another build
+# of the library, e.g. the previous commit's, in a folder of its own): a
+# baseline from the same call.
+D2_COMBOS=${D2_COMBOS:-"default/default allpairs/value allpairs/copy star/value star/copy"}
+combo_key() { echo "${1//[:\/]/_}"; }
 if want D2; then
   echo; echo "== D2 (issue 6): 8 B per rank, -G graph replay, CECOLL_SYNC x CECOLL_FLAG_WRITE"
   for combo in $D2_COMBOS; do
-    s=${combo%/*} f=${combo#*/}
-    envs=()
+    lp=$LD_LIBRARY_PATH sf=$combo
+    if [ "${combo#old:}" != "$combo" ]; then
+      sf=${combo#old:}
+      if [ ! -f "${OLD_LIB:-}" ]; then
+        skip_step D2 "8B graph $combo" "OLD_LIB is not a file"
+        continue
+      fi
+      lp="$(dirname "$OLD_LIB"):$LD_LIBRARY_PATH"
+    fi
+    s=${sf%/*} f=${sf#*/}
+    envs=("LD_LIBRARY_PATH=$lp")
     [ "$s" != default ] && envs+=("CECOLL_SYNC=$s")
     [ "$f" != default ] && envs+=("CECOLL_FLAG_WRITE=$f")
+    k=$(combo_key "$combo")
     for n in $D2_NS; do
-      run_step D2 "8B graph N=$n sync=$s flag=$f" 45 "$OUT/d2/graph_N${n}_${s}_${f}.txt" \
+      run_step D2 "8B graph N=$n $combo" 45 "$OUT/d2/graph_N${n}_${k}.txt" \
         env "${envs[@]}" "$PERF" -N "$n" -b 8 -e 8 -n "$D2_ITERS" -w 5 -c 1 -G -K "$D2_K" \
-        --json "$OUT/d2/graph_N${n}_${s}_${f}.json"
+        --json "$OUT/d2/graph_N${n}_${k}.json"
     done
   done
   for n in $D2_NS; do
@@ -350,9 +412,9 @@ if want C; then
     "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' \
       >>"$OUT/c/torch.txt" 2>&1
     cat "$OUT/c/torch.txt"
-    # python/tests/harness.py pins CECOLL_BACKEND=host and CPU tensors for its
-    # ranks: this row checks the binding under this python and torch.
-    run_step C "pytest python/tests (harness pins the host backend)" 120 "$OUT/c/pytest.log" \
+    # python/tests takes the caller's CECOLL_BACKEND: with nvidia its ranks
+    # run on GPU 0 with CUDA tensors.
+    run_step C "pytest python/tests (CECOLL_BACKEND=$BACKEND)" "${C_PYTEST_TO:-240}" "$OUT/c/pytest.log" \
       env PYTHONPATH=python CECOLL_LIBRARY="$LIB" CECOLL_BACKEND="$BACKEND" \
       "$PY" -m pytest python/tests -x -q -p no:cacheprovider
     cat >"$OUT/c/cuda_smoke.py" <<'PYEOF'
@@ -480,20 +542,36 @@ fi
     grep -qs '^HOSTCOST' "$OUT"/d3/hostcost*.txt || echo "  (no result)"
   fi
 
+  if want D5; then
+    echo
+    echo "-- D5 host cost split at 8 B (hostcost under cushim; per collective of 4 rank-calls, means over the timed bursts)"
+    for fl in "$OUT"/d5/hostsplit_*.txt; do
+      [ -f "$fl" ] || continue
+      echo "  ${fl##*/}:"
+      grep -hE '^HOSTSPLIT|watchdog' "$fl" | sed 's/^/    /'
+      awk '/^HOSTSPLIT/ { s = ""; for (i = 1; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] }
+                          s = v["side"]; c[s] = v["calls_per_coll"]; d[s] = v["driver_us_per_coll"]; o[s] = v["outside_us_per_coll"] }
+           END { if (("cecoll" in c) && ("c" in c))
+                   printf "    cecoll - c per collective: calls %+.1f, driver %+.2f us, outside the driver %+.2f us\n",
+                     c["cecoll"] - c["c"], d["cecoll"] - d["c"], o["cecoll"] - o["c"] }' "$fl"
+    done
+    grep -hE '^CUSHIM overhead' "$OUT"/d5/overhead.txt 2>/dev/null | sed 's/^/  /'
+    grep -qs '^HOSTSPLIT' "$OUT"/d5/hostsplit_*.txt || echo "  (no result)"
+  fi
+
   if want D2; then
     echo
     echo "-- D2 8 B per rank, graph replay, us per replay of all ranks (out of place); AG ratio = AllGather / issue figure (N=2 13, N=4 42, N=8 160 us; target <= 0.5 at N=4,8)"
     printf '  %-20s %3s %9s %9s %9s %9s %8s\n' "sync/flag" "N" "allgather" "alltoall" "scatter" "gather" "AG ratio"
     for combo in $D2_COMBOS; do
-      s=${combo%/*} f=${combo#*/}
       for n in $D2_NS; do
-        fl="$OUT/d2/graph_N${n}_${s}_${f}.txt"
+        fl="$OUT/d2/graph_N${n}_$(combo_key "$combo").txt"
         ag=$(perf_us "$fl" allgather)
         ref=
         case $n in 2) ref=13 ;; 4) ref=42 ;; 8) ref=160 ;; esac
         ratio=-
         [ -n "$ag" ] && [ -n "$ref" ] && ratio=$(awk -v a="$ag" -v b="$ref" 'BEGIN { printf "%.2f", a / b }')
-        printf '  %-20s %3s %9s %9s %9s %9s %8s\n' "$s/$f" "$n" "${ag:--}" "$(perf_us "$fl" alltoall)" \
+        printf '  %-20s %3s %9s %9s %9s %9s %8s\n' "$combo" "$n" "${ag:--}" "$(perf_us "$fl" alltoall)" \
           "$(perf_us "$fl" scatter)" "$(perf_us "$fl" gather)" "$ratio"
       done
     done
@@ -584,7 +662,8 @@ fi
     echo "-- C Python (issue 5)"
     grep -h '^python ' "$OUT/c/torch.txt" 2>/dev/null | sed 's/^/  /'
     grep -q '^python ' "$OUT/c/torch.txt" 2>/dev/null || echo "  skipped: $PY has no torch"
-    echo "  pytest: $(grep -hE '[0-9]+ (passed|failed)' "$OUT/c/pytest.log" 2>/dev/null | tail -1) (note: python/tests/harness.py forces CECOLL_BACKEND=host, CPU tensors)"
+    echo "  pytest: $(grep -hE '[0-9]+ (passed|failed)' "$OUT/c/pytest.log" 2>/dev/null | tail -1) (CECOLL_BACKEND=$BACKEND)"
+    grep -hE '^(FAILED|ERROR) ' "$OUT/c/pytest.log" 2>/dev/null | head -5 | sed 's/^/  /'
     grep -h 'CUDA_SMOKE' "$OUT/c/cuda_smoke.log" 2>/dev/null | grep -v 'rank' | sed 's/^/  /'
     grep -h 'CUDA_SMOKE rank.*FAIL' "$OUT/c/cuda_smoke.log" 2>/dev/null | sed 's/^/  /'
   fi
