@@ -10,12 +10,15 @@
 package host_test
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"cecoll/internal/ce"
+	"cecoll/internal/comm"
 	"cecoll/internal/hip"
 	"cecoll/internal/hip/host"
 )
@@ -171,4 +174,156 @@ func BenchmarkMemOpRoundTrip(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N), "ns/roundtrip")
+}
+
+// BenchmarkGroupCollective times one grouped collective of N ranks in one
+// process with 8 bytes per rank, driven from one locked thread (as
+// cecoll-perf -N N issues it: back to back, every rank on its own stream
+// and device, registered windows), through the communicator and the
+// engine, with inline execution on and off. One iteration is one
+// collective of every rank; the streams are synchronized at the end.
+//
+//	go test -run '^$' -bench GroupCollective -count 5 ./internal/hip/host
+func BenchmarkGroupCollective(b *testing.B) {
+	fns := []struct {
+		name string
+		fn   ce.Func
+	}{{"allgather", ce.FuncAllGather}, {"alltoall", ce.FuncAlltoAll}, {"scatter", ce.FuncScatter}, {"gather", ce.FuncGather}}
+	for _, n := range []int{2, 4} {
+		for _, f := range fns {
+			for _, inline := range []bool{true, false} {
+				name := fmt.Sprintf("N%d/%s/inline=%v", n, f.name, inline)
+				b.Run(name, func(b *testing.B) { benchGroup(b, n, f.fn, benchChunk, inline) })
+			}
+		}
+	}
+	// Copies of 16 KiB per peer: a 4-rank AllGather's batch (64 KiB out of
+	// place, 48 KiB in place) sits at the inline copy limit.
+	for _, inline := range []bool{true, false} {
+		b.Run(fmt.Sprintf("N4/allgather16K/inline=%v", inline), func(b *testing.B) {
+			benchGroup(b, 4, ce.FuncAllGather, 16<<10, inline)
+		})
+	}
+}
+
+// benchWorld is n ranks of one process with 8-byte buffers in registered
+// windows and a stream each, rank r on device r.
+type benchWorld struct {
+	rt         *host.Runtime
+	comms      []*comm.Comm
+	send, recv []hip.DevicePtr
+	streams    []hip.Stream
+}
+
+const benchChunk = 8
+
+func newBenchWorld(b *testing.B, n int, chunk uintptr, inline bool) *benchWorld {
+	rt, err := host.New(host.Config{NoInline: !inline})
+	require.NoError(b, err)
+	b.Cleanup(rt.Close)
+	devs := make([]int, n)
+	for r := range devs {
+		devs[r] = r
+	}
+	w := &benchWorld{rt: rt, send: make([]hip.DevicePtr, n), recv: make([]hip.DevicePtr, n), streams: make([]hip.Stream, n)}
+	w.comms, err = comm.InitAll(rt, n, devs, comm.DefaultConfig())
+	require.NoError(b, err)
+	bytes := uintptr(n) * chunk
+	require.NoError(b, comm.GroupStart())
+	for r, c := range w.comms {
+		require.NoError(b, rt.SetDevice(c.Device()))
+		w.streams[r], err = rt.StreamCreate()
+		require.NoError(b, err)
+		w.send[r], err = comm.MemAlloc(rt, bytes)
+		require.NoError(b, err)
+		w.recv[r], err = comm.MemAlloc(rt, bytes)
+		require.NoError(b, err)
+		_, err = c.WindowRegister(w.send[r], bytes, 0)
+		require.NoError(b, err)
+		_, err = c.WindowRegister(w.recv[r], bytes, 0)
+		require.NoError(b, err)
+	}
+	require.NoError(b, comm.GroupEnd())
+	b.Cleanup(func() {
+		for _, c := range w.comms {
+			require.NoError(b, c.Destroy())
+		}
+	})
+	return w
+}
+
+func benchGroup(b *testing.B, n int, fn ce.Func, chunk uintptr, inline bool) {
+	runtime.LockOSThread() // groups belong to the calling thread
+	defer runtime.UnlockOSThread()
+	w := newBenchWorld(b, n, chunk, inline)
+	rt, comms, send, recv, streams := w.rt, w.comms, w.send, w.recv, w.streams
+	launch := func() {
+		if err := comm.GroupStart(); err != nil {
+			b.Fatal(err)
+		}
+		for r, c := range comms {
+			if err := c.Collective(fn, send[r], recv[r], chunk, 0, 0, streams[r]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := comm.GroupEnd(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	syncAll := func() {
+		for _, s := range streams {
+			if err := rt.StreamSynchronize(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for range 50 {
+		launch()
+	}
+	syncAll()
+	b.ResetTimer()
+	for b.Loop() {
+		launch()
+	}
+	syncAll()
+	b.StopTimer()
+}
+
+// BenchmarkThreadCollective is BenchmarkGroupCollective's AllGather with
+// one locked thread per rank instead of one thread driving a group: each
+// issues its rank's collectives back to back, then synchronizes its
+// stream. One iteration is one collective of every rank.
+func BenchmarkThreadCollective(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, inline := range []bool{true, false} {
+			b.Run(fmt.Sprintf("N%d/allgather/inline=%v", n, inline), func(b *testing.B) {
+				w := newBenchWorld(b, n, benchChunk, inline)
+				run := func(iters int) {
+					errs := make(chan error, n)
+					for r, c := range w.comms {
+						go func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							var err error
+							for i := 0; i < iters && err == nil; i++ {
+								err = c.Collective(ce.FuncAllGather, w.send[r], w.recv[r], benchChunk, 0, 0, w.streams[r])
+							}
+							if err == nil {
+								err = w.rt.StreamSynchronize(w.streams[r])
+							}
+							errs <- err
+						}()
+					}
+					for range n {
+						if err := <-errs; err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				run(50)
+				b.ResetTimer()
+				run(b.N)
+			})
+		}
+	}
 }

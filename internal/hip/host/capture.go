@@ -342,7 +342,9 @@ func (rt *Runtime) GraphLaunch(xh hip.GraphExec, sh hip.Stream) error {
 	}
 	x.replay(s, 0)
 	x.lastS, x.lastSeq = s, s.push(&op{kind: opNop})
-	s.unlock()
+	// Branch streams were left to their workers (s.mu was held); the launch
+	// stream may run inline.
+	s.kick()
 	return nil
 }
 

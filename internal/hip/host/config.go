@@ -19,6 +19,9 @@ type Config struct {
 	Devices int
 	// Chaos seeds the adversarial scheduler; 0 turns it off.
 	Chaos int64
+	// NoInline leaves every op to the stream workers: enqueueing threads
+	// never run ready ops themselves (inline.go). Chaos implies it.
+	NoInline bool
 	// Caps are the capabilities the device reports and enforces; nil means
 	// DefaultCaps (everything on, CUDA-like batches).
 	Caps *hip.Caps
@@ -57,7 +60,8 @@ func ParseCaps(list string) (hip.Caps, error) {
 }
 
 // ConfigFromEnv reads CECOLL_HOST_DEVICES (default 8), CECOLL_HOST_CHAOS
-// (an int64 seed; unset or 0: off) and CECOLL_HOST_CAPS.
+// (an int64 seed; unset or 0: off), CECOLL_HOST_INLINE (a boolean, default
+// on; 0 sets NoInline) and CECOLL_HOST_CAPS.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Devices: DefaultDevices}
 	if v := strings.TrimSpace(os.Getenv("CECOLL_HOST_DEVICES")); v != "" {
@@ -73,6 +77,13 @@ func ConfigFromEnv() (Config, error) {
 			return cfg, fmt.Errorf("CECOLL_HOST_CHAOS=%q: want an int64 seed", v)
 		}
 		cfg.Chaos = n
+	}
+	if v := strings.TrimSpace(os.Getenv("CECOLL_HOST_INLINE")); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("CECOLL_HOST_INLINE=%q: want 0 or 1", v)
+		}
+		cfg.NoInline = !on
 	}
 	caps, err := ParseCaps(os.Getenv("CECOLL_HOST_CAPS"))
 	if err != nil {

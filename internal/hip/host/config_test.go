@@ -11,6 +11,7 @@ import (
 func TestConfigFromEnv(t *testing.T) {
 	tests := []struct {
 		name, devices, chaos, caps string
+		inline                     string
 		want                       Config
 		wantErr                    string
 	}{
@@ -21,12 +22,16 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "unknown switch", caps: "noattrs,warp", wantErr: `"warp"`},
 		{name: "bad devices", devices: "0", wantErr: "CECOLL_HOST_DEVICES"},
 		{name: "bad seed", chaos: "x", wantErr: "CECOLL_HOST_CHAOS"},
+		{name: "inline off", inline: "0", want: Config{Devices: 8, NoInline: true, Caps: capsWith(func(*hip.Caps) {})}},
+		{name: "inline on", inline: "1", want: Config{Devices: 8, Caps: capsWith(func(*hip.Caps) {})}},
+		{name: "bad inline", inline: "maybe", wantErr: "CECOLL_HOST_INLINE"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CECOLL_HOST_DEVICES", tc.devices)
 			t.Setenv("CECOLL_HOST_CHAOS", tc.chaos)
 			t.Setenv("CECOLL_HOST_CAPS", tc.caps)
+			t.Setenv("CECOLL_HOST_INLINE", tc.inline)
 			cfg, err := ConfigFromEnv()
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)

@@ -40,6 +40,15 @@ type conformanceRun struct {
 	devs  int
 	dev   int
 	xproc bool
+	// noInline: the stream workers run every op (CECOLL_HOST_INLINE=0).
+	noInline bool
+}
+
+func inlineEnv(off bool) string {
+	if off {
+		return "0"
+	}
+	return "1"
 }
 
 // TestConformance runs the device-runtime conformance suite on the host
@@ -50,6 +59,7 @@ type conformanceRun struct {
 func TestConformance(t *testing.T) {
 	runs := []conformanceRun{
 		{name: "default", xproc: true},
+		{name: "worker-only", xproc: true, noInline: true},
 		{name: "one-device", devs: 1},
 		{name: "device-3", devs: 4, dev: 3},
 	}
@@ -68,7 +78,7 @@ func TestConformance(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			caps, err := host.ParseCaps(r.caps)
 			require.NoError(t, err)
-			rt, err := host.New(host.Config{Devices: r.devs, Chaos: r.chaos, Caps: &caps})
+			rt, err := host.New(host.Config{Devices: r.devs, Chaos: r.chaos, Caps: &caps, NoInline: r.noInline})
 			require.NoError(t, err)
 			t.Cleanup(rt.Close)
 			hiptest.Run(t, rt, hiptest.Options{
@@ -78,6 +88,7 @@ func TestConformance(t *testing.T) {
 				ChildEnv: []string{
 					"CECOLL_HOST_CAPS=" + r.caps,
 					"CECOLL_HOST_CHAOS=" + strconv.FormatInt(r.chaos, 10),
+					"CECOLL_HOST_INLINE=" + inlineEnv(r.noInline),
 					"CECOLL_HOST_DEVICES=" + strconv.Itoa(max(r.devs, r.dev+1, host.DefaultDevices)),
 				},
 			})

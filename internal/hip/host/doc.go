@@ -40,6 +40,22 @@
 // implicit synchronization. StreamDestroy returns at once; queued work
 // still completes.
 //
+// # Inline execution (CECOLL_HOST_INLINE; default on, 0: off)
+//
+// A thread that enqueues on a stream no executor owns runs the ops itself,
+// in order, while each completes at once: write-values, event markers,
+// flag waits that already hold (checked once), stream waits already done,
+// copies and batches below 64 KiB. At the first other op it stops, the
+// worker takes the rest, and the thread then runs other streams left
+// blocked whose next op now completes, so a grouped collective of a few
+// ranks can finish on the issuing thread without a goroutine hand-over. A
+// stream with a larger copy pending stays with its worker.
+// StreamSynchronize and EventSynchronize do the same before they sleep.
+// One executor at a time per stream; a worker waiting on a flag does not
+// own its stream, so whoever sees the flag first goes on. Nothing inline
+// ever blocks, and a stream left with ops pending always has its worker
+// awake. Off under chaos (Config.Chaos) and with Config.NoInline.
+//
 // # Memory operations
 //
 // StreamBatchMemOp takes 1..255 entries (more: ErrInvalidValue, as the
@@ -113,7 +129,7 @@
 //
 // # Adversarial scheduler (CECOLL_HOST_CHAOS=<int64 seed>; unset or 0: off)
 //
-// Each stream draws from its own math/rand source, seeded from the seed
+// Only the stream workers run ops (no inline execution). Each stream draws from its own math/rand source, seeded from the seed
 // and the stream's creation index, so a run is reproducible op for op:
 //   - the copies of a batch run one by one in a shuffled order;
 //   - a copy of 64 bytes or more is, with probability 1/2, cut into 2..4

@@ -84,20 +84,21 @@ func (rt *Runtime) EventRecord(h hip.Event, sh hip.Stream) error {
 		return err
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if c := s.cap; c != nil {
 		id, err := c.record(s.branch)
 		s.mu.Unlock()
-		if err != nil {
-			return err
+		if err == nil {
+			e.cap, e.capID, e.s = c, id, nil
 		}
-		e.cap, e.capID, e.s = c, id, nil
-		return nil
+		e.mu.Unlock()
+		return err
 	}
 	e.gen++
 	seq := s.push(&op{kind: opRecord, ev: e, seq: e.gen})
-	s.unlock()
 	e.s, e.seq, e.cap = s, seq, nil
+	// Released before kick: an inline run of the marker takes e.mu.
+	e.mu.Unlock()
+	s.kick()
 	return nil
 }
 
@@ -125,6 +126,9 @@ func (rt *Runtime) EventSynchronize(h hip.Event) error {
 	s, seq, err := e.state()
 	if err != nil || s == nil {
 		return err
+	}
+	if rt.inline && !s.isDone(seq) {
+		rt.progress() // about to sleep: move blocked streams first
 	}
 	s.waitDone(seq)
 	return nil
@@ -228,6 +232,6 @@ func (rt *Runtime) StreamWaitEvent(sh hip.Stream, h hip.Event) error {
 		return nil
 	}
 	s.push(&op{kind: opWaitStream, ws: es, seq: seq})
-	s.unlock()
+	s.kick()
 	return nil
 }

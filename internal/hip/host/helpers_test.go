@@ -30,6 +30,9 @@ func watchdog(t *testing.T, d time.Duration) {
 func newRT(t *testing.T, cfg Config) *Runtime {
 	t.Helper()
 	watchdog(t, 20*time.Second)
+	if os.Getenv("CECOLL_HOST_INLINE") == "0" {
+		cfg.NoInline = true // TestWorkerOnlyPath's rerun
+	}
 	rt, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -15,7 +15,7 @@ func (s *stream) enqueue1(o *op) error {
 		return err
 	}
 	s.push(o)
-	s.unlock()
+	s.kick()
 	return nil
 }
 
@@ -31,7 +31,7 @@ func (rt *Runtime) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, sh hip.Stream)
 	if dst == 0 || src == 0 || rt.mc.lookup(uintptr(src)) != nil {
 		return hip.ErrInvalidValue
 	}
-	o := op{kind: opCopy, dst: uintptr(dst), src: uintptr(src), n: n}
+	o := op{kind: opCopy, dst: uintptr(dst), src: uintptr(src), n: n, big: n >= inlineMaxCopy}
 	return s.enqueue1(&o)
 }
 
@@ -64,7 +64,7 @@ func (rt *Runtime) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr,
 	if err != nil {
 		return err
 	}
-	live := 0
+	live, total := 0, uintptr(0)
 	for i := 0; i < count; i++ {
 		if sizes[i] == 0 {
 			continue
@@ -73,6 +73,7 @@ func (rt *Runtime) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr,
 			return hip.ErrInvalidValue
 		}
 		live++
+		total += sizes[i]
 	}
 	if err := s.lock(live + 1); err != nil {
 		return err
@@ -86,13 +87,13 @@ func (rt *Runtime) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr,
 		s.mu.Unlock()
 		return nil
 	}
-	s.push(&op{kind: opBatch, count: live})
+	s.push(&op{kind: opBatch, count: live, big: total >= inlineMaxCopy})
 	for i := 0; i < count; i++ {
 		if sizes[i] != 0 {
 			s.push(&op{kind: opCopy, dst: uintptr(dsts[i]), src: uintptr(srcs[i]), n: sizes[i]})
 		}
 	}
-	s.unlock()
+	s.kick()
 	return nil
 }
 
@@ -190,6 +191,6 @@ func (rt *Runtime) StreamBatchMemOp(sh hip.Stream, ops []hip.MemOp) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.unlock()
+	s.kick()
 	return nil
 }

@@ -22,6 +22,7 @@ type Runtime struct {
 	devices int
 	caps    hip.Caps
 	seed    int64 // chaos seed; 0: off
+	inline  bool  // issuing threads run ready ops themselves (inline.go)
 	epoch   time.Time
 
 	devMu  sync.RWMutex
@@ -48,6 +49,10 @@ type Runtime struct {
 	closed    atomic.Bool
 	workers   sync.WaitGroup
 	pieceHook func(s hip.Stream, dst, src, n uintptr) // tests: each executed copy piece
+
+	blkMu     sync.Mutex
+	blocked   []*stream    // streams left with ops pending behind a wait (inline.go)
+	nBlocked  atomic.Int32 // len(blocked), read without blkMu
 	closeOnce sync.Once
 }
 
@@ -76,6 +81,7 @@ func New(cfg Config) (*Runtime, error) {
 		devices:   cfg.Devices,
 		caps:      caps,
 		seed:      cfg.Chaos,
+		inline:    cfg.Chaos == 0 && !cfg.NoInline,
 		epoch:     time.Now(),
 		curDev:    make(map[int32]int),
 		streams:   make(map[hip.Stream]*stream),

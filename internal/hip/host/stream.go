@@ -3,6 +3,7 @@ package host
 import (
 	"math/rand"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cecoll/internal/hip"
@@ -27,6 +28,7 @@ const (
 // enough.
 type op struct {
 	kind  opKind
+	big   bool // a copy or batch of at least inlineMaxCopy bytes: the worker's
 	cond  uint32
 	val   uint32
 	count int
@@ -59,7 +61,18 @@ type stream struct {
 	cap       *capture // capture this stream records into, or nil
 	branch    int      // its branch in cap
 
-	// Worker-only state.
+	// Executor state (inline.go). Exactly one executor runs the ops at
+	// head at a time: the worker, or a thread running them inline.
+	running  bool      // an executor owns the stream
+	idle     bool      // the worker sleeps in work.Wait
+	parked   bool      // the worker waits, without owning, for the flag of the wait at head
+	parkAddr uintptr   // that flag's word
+	parkSeq  uint64    // that wait's op number
+	guard    parkGuard // keeps the parked worker off the word once another executor passed the wait
+	listed   bool      // on rt.blocked (guarded by rt.blkMu)
+	nBig     int       // big ops pending: while any is, the stream is the worker's
+
+	// Executor-only state (the owner's).
 	rng    *rand.Rand // chaos source; nil when chaos is off
 	batch  []op
 	pieces []piece
@@ -205,6 +218,12 @@ func (s *stream) capturing() *capture {
 func (s *stream) sync() {
 	s.mu.Lock()
 	target := s.tail
+	if s.rt.inline && s.completed < target {
+		// About to sleep: first move the blocked streams that can move.
+		s.mu.Unlock()
+		s.rt.progress()
+		s.mu.Lock()
+	}
 	for s.completed < target && !s.rt.stopping() {
 		s.done.Wait()
 	}
@@ -291,20 +310,26 @@ func (s *stream) reserve(k int) {
 
 // push appends o (s.mu held, room reserved) and returns its op number.
 func (s *stream) push(o *op) uint64 {
+	if o.big {
+		s.nBig++
+	}
 	seq := s.tail
 	s.ring[seq&uint64(len(s.ring)-1)] = *o
 	s.tail++
 	return seq
 }
 
-// unlock releases s.mu after enqueueing and wakes the worker.
+// unlock releases s.mu after enqueueing and wakes the worker (for streams
+// that always leave their ops to the worker: graph branch streams).
 func (s *stream) unlock() {
 	s.work.Signal()
 	s.mu.Unlock()
 }
 
 // worker runs the stream's ops in order until the stream is destroyed and
-// drained, or the runtime closes.
+// drained, or the runtime closes. It sleeps while the stream is empty or
+// another executor owns it (that executor signals it when it stops with
+// ops pending).
 func (s *stream) worker() {
 	rt := s.rt
 	defer func() {
@@ -313,29 +338,44 @@ func (s *stream) worker() {
 		rt.regMu.Unlock()
 		rt.workers.Done()
 	}()
-	for {
-		s.mu.Lock()
-		for s.head == s.tail && !s.destroyed && !rt.stopping() {
+	s.mu.Lock()
+	for !rt.stopping() {
+		if s.running || s.head == s.tail {
+			if s.destroyed && !s.running {
+				break
+			}
+			s.idle = true
 			s.work.Wait()
+			s.idle = false
+			continue
 		}
-		if s.head == s.tail || rt.stopping() {
-			s.mu.Unlock()
-			return
-		}
+		s.running = true
+		s.drain()
+	}
+	s.mu.Unlock()
+}
+
+// drain runs ops on the worker until the queue is empty (s.mu held and
+// s.running set on entry; on return s.mu is held and the worker no longer
+// owns the stream). With inline execution on, an unsatisfied flag wait
+// parks: the worker waits for the flag without owning the stream, so a
+// thread that sees the flag first may go on inline.
+func (s *stream) drain() {
+	rt := s.rt
+	for s.head != s.tail && !rt.stopping() {
 		mask := uint64(len(s.ring) - 1)
 		o := s.ring[s.head&mask]
-		taken := uint64(1)
-		if o.kind == opBatch {
-			s.batch = s.batch[:0]
-			for i := 0; i < o.count; i++ {
-				s.batch = append(s.batch, s.ring[(s.head+1+uint64(i))&mask])
+		if o.kind == opWait && rt.inline {
+			if !condHolds(atomic.LoadUint32(word(o.dst)), o.val, o.cond) && !s.park(&o) {
+				return
 			}
-			taken += uint64(o.count)
+			s.head++
+			s.completed++
+			s.roomCheck()
+			s.done.Broadcast()
+			continue
 		}
-		s.head += taken
-		if s.blocked > 0 && (s.tail-s.head+s.need <= maxPending || s.tail == s.head) {
-			s.room.Broadcast()
-		}
+		taken := s.take(&o)
 		s.mu.Unlock()
 
 		s.exec(&o)
@@ -343,7 +383,34 @@ func (s *stream) worker() {
 		s.mu.Lock()
 		s.completed += taken
 		s.done.Broadcast()
-		s.mu.Unlock()
+	}
+	s.running = false
+}
+
+// take removes the op at head (the entries of a batch into s.batch) and
+// returns how many ring slots it used; s.mu held.
+func (s *stream) take(o *op) uint64 {
+	mask := uint64(len(s.ring) - 1)
+	taken := uint64(1)
+	if o.big {
+		s.nBig--
+	}
+	if o.kind == opBatch {
+		s.batch = s.batch[:0]
+		for i := 0; i < o.count; i++ {
+			s.batch = append(s.batch, s.ring[(s.head+1+uint64(i))&mask])
+		}
+		taken += uint64(o.count)
+	}
+	s.head += taken
+	s.roomCheck()
+	return taken
+}
+
+// roomCheck wakes enqueuers blocked by back-pressure once their ops fit.
+func (s *stream) roomCheck() {
+	if s.blocked > 0 && (s.tail-s.head+s.need <= maxPending || s.tail == s.head) {
+		s.room.Broadcast()
 	}
 }
 

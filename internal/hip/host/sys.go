@@ -147,4 +147,77 @@ func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) bool {
 	}
 }
 
+// parkGuard lets a parked worker wait on a flag that another executor may
+// consume (and the program then free) at any time: the worker reads the
+// word only inside a reading section that first checks moved, and an
+// executor that goes past the wait bumps moved and then waits for any
+// section in progress to end. Both sides use sequentially consistent
+// atomics (set reading, then load moved; bump moved, then load reading),
+// so either the worker sees the bump or the executor sees the section.
+type parkGuard struct {
+	moved   atomic.Uint64
+	reading atomic.Int32
+}
+
+// load reads the word at p unless moved differs from gen (ok false).
+func (g *parkGuard) load(p *uint32, gen uint64) (v uint32, ok bool) {
+	g.reading.Store(1)
+	if g.moved.Load() != gen {
+		g.reading.Store(0)
+		return 0, false
+	}
+	v = atomic.LoadUint32(p)
+	g.reading.Store(0)
+	return v, true
+}
+
+// pass bumps moved and returns once no reading section that missed the
+// bump is in progress: from then on the parked worker leaves the word
+// alone.
+func (g *parkGuard) pass() {
+	g.moved.Add(1)
+	for g.reading.Load() != 0 {
+		yield()
+	}
+}
+
+// waitValueGuarded is waitValue for a parked worker: it gives up (false)
+// once g.moved differs from gen, i.e. another executor went past the
+// wait, and then touches the word no more (a futex call on a word that was
+// freed meanwhile fails harmlessly).
+func waitValueGuarded(a uintptr, val, cond uint32, stop *atomic.Bool, g *parkGuard, gen uint64) bool {
+	p := word(a)
+	for i := 0; i < waitSpins; i++ {
+		cur, ok := g.load(p, gen)
+		if !ok {
+			return false
+		}
+		if condHolds(cur, val, cond) {
+			return true
+		}
+		yield()
+	}
+	d := waitMinSleep
+	b := sleeperBucket(a)
+	for {
+		b.Add(1) // before the load that FUTEX_WAIT compares: see sleepers
+		cur, ok := g.load(p, gen)
+		if !ok {
+			b.Add(-1)
+			return false
+		}
+		if condHolds(cur, val, cond) {
+			b.Add(-1)
+			return true
+		}
+		if stop.Load() {
+			b.Add(-1)
+			return false
+		}
+		futexWait(p, cur, d)
+		b.Add(-1)
+		d = min(2*d, waitMaxSleep)
+	}
+}
+
 func yield() { runtime.Gosched() }
