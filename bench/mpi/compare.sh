@@ -9,7 +9,9 @@
 # tables go to OUTDIR/*.txt; the summary prints busbw ratios cecoll/MPI at
 # 16 and 64 MiB and time ratios at 8 B, with the issue's targets: busbw >=
 # MPI's at 16/64 MiB; 8 B time <= 2x MPI's with ranks in one process.
-# About 3 minutes on 2 cores. Timings on a shared machine are noisy: the
+# Then, where /usr/bin/python3 has torch, gloo through python -m cecoll.bench
+# at the same sizes (OUTDIR/gloo.txt, printed after the MPI summary).
+# About 5 minutes on 2 cores. Timings on a shared machine are noisy: the
 # three programs run back to back for each N so that their ratios share the
 # conditions.
 set -euo pipefail
@@ -45,6 +47,16 @@ for n in $RANKS; do
     run "mpi-$n-$s" "${MPIRUN[@]}" "$n" "$MPIB" "${args[@]}"
   done
 done
+
+# gloo (torch.distributed) in the same run, where Debian's torch is installed.
+if /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
+  echo "+ python3 -m cecoll.bench --ranks ${RANKS// /,} --sizes 8,16M,64M" | tee "$OUT/gloo.txt"
+  PYTHONPATH=python CECOLL_LIBRARY=build/libcecoll.so /usr/bin/python3 -m cecoll.bench \
+    --ranks "${RANKS// /,}" --sizes 8,16M,64M --big-iters "$BIG_ITERS" >>"$OUT/gloo.txt" 2>&1 ||
+    echo "compare.sh: cecoll.bench failed (see $OUT/gloo.txt)" >&2
+else
+  echo "## SKIPPED: gloo (no torch for /usr/bin/python3)" | tee "$OUT/gloo.txt"
+fi
 
 /usr/bin/python3 - "$OUT" $RANKS <<'PY'
 import os, sys
@@ -108,6 +120,8 @@ for n in ranks:
                   % (coll, fmt_size(chunk), "in" if ip else "out", m[0], m[1], a[0], a[1],
                      "-" if a[2] is None else "%.0f" % a[2], p[0], p[1], cell[0], cell[1],
                      "  WRONG BYTES %d" % wrong if wrong else ""))
+print("\n== gloo (python -m cecoll.bench, same run)")
+sys.stdout.write("".join(l for l in open(os.path.join(out, "gloo.txt")) if not l.startswith("+")))
 print("\n== targets: busbw >= OpenMPI's at 16/64 MiB (-N and -P); 8 B time <= 2x OpenMPI's with -N")
 if fails:
     print("missed (%d):" % len(fails))
