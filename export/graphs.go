@@ -2,9 +2,9 @@ package main
 
 import (
 	"sync"
-	"syscall"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/osthread"
 )
 
 // A cecollGraph_t is a key into graphs, never a pointer: the C side never
@@ -43,14 +43,14 @@ type captureSet struct {
 
 func (c *captureSet) begin(s hip.Stream) {
 	c.mu.Lock()
-	c.open[s] = syscall.Gettid()
+	c.open[s] = osthread.ID()
 	c.mu.Unlock()
 }
 
 // end forgets s and reports whether the calling thread still captures
 // another stream.
 func (c *captureSet) end(s hip.Stream) (othersOpen bool) {
-	t := syscall.Gettid()
+	t := osthread.ID()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.open, s)

@@ -3,10 +3,10 @@ package comm
 import (
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
+	"cecoll/internal/osthread"
 	"cecoll/internal/result"
 )
 
@@ -79,7 +79,7 @@ func currentGroup() *group {
 	if openGroups.Load() == 0 {
 		return nil
 	}
-	tid := syscall.Gettid()
+	tid := osthread.ID()
 	groups.Lock()
 	defer groups.Unlock()
 	return groups.m[tid]
@@ -91,7 +91,7 @@ func (g *group) addCeInit(c *Comm) { g.ceInits = append(g.ceInits, c) }
 
 // GroupStart is ncclGroupStart for the calling OS thread; groups nest.
 func GroupStart() error {
-	tid := syscall.Gettid()
+	tid := osthread.ID()
 	groups.Lock()
 	defer groups.Unlock()
 	g := groups.m[tid]
@@ -119,7 +119,7 @@ func GroupEnd() error {
 // group once its outermost level closed (the caller then owns its deferred
 // work), else nil and an error only when the thread had no group open.
 func closeLevel(call string) (*group, error) {
-	tid := syscall.Gettid()
+	tid := osthread.ID()
 	groups.Lock()
 	defer groups.Unlock()
 	g := groups.m[tid]

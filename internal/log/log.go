@@ -10,7 +10,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
+
+	"cecoll/internal/osthread"
 )
 
 // Level orders the verbosity.
@@ -66,7 +67,7 @@ func printf(l Level, name, format string, args []any) {
 	}
 	msg := fmt.Sprintf(format, args...)
 	mu.Lock()
-	fmt.Fprintf(out, "%s:%d cecoll %s %s\n", prefix, syscall.Gettid(), name, msg)
+	fmt.Fprintf(out, "%s:%d cecoll %s %s\n", prefix, osthread.ID(), name, msg)
 	mu.Unlock()
 }
 

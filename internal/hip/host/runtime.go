@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/osthread"
 )
 
 var _ hip.Runtime = (*Runtime)(nil)
@@ -134,7 +134,7 @@ func (rt *Runtime) Caps() hip.Caps { return rt.caps }
 // DeviceCount implements hip.Runtime.
 func (rt *Runtime) DeviceCount() (int, error) { return rt.devices, nil }
 
-func tid() int32 { return int32(syscall.Gettid()) }
+func tid() int32 { return int32(osthread.ID()) }
 
 // SetDevice implements hip.Runtime: the device is per OS thread.
 func (rt *Runtime) SetDevice(dev int) error {
