@@ -231,13 +231,13 @@ func (e *Engine) relWord(arr uintptr) hip.DevicePtr {
 const laneByte = graphSyncValue
 
 // laneWords returns the number of 32-bit words that hold the n-1 arrival
-// lanes of a star sync (peer r writes byte r-1 of rank
-// 0's array), and the value word k holds once all its lanes are written.
-// A partial word is numerically below that value and every value stays
-// below 2^31, so the cyclic GEQ wait on it holds exactly when every lane
-// is in (or Abort's releaseValue is there).
+// lanes of a star sync (peer r writes byte r-1 of rank 0's array).
 func laneWords(n int) int { return (n - 1 + 3) / 4 }
 
+// lanePattern is the value lane word k holds once all its lanes are
+// written. A partial word is numerically below it and every value stays
+// below 2^31, so the cyclic GEQ wait on it holds exactly when every lane is
+// in (or Abort's releaseValue is there).
 func lanePattern(n, k int) uint32 {
 	v := uint32(0)
 	for b := 0; b < 4 && 4*k+b < n-1; b++ {
@@ -250,8 +250,8 @@ func lanePattern(n, k int) uint32 {
 // to, or of every peer when to < 0 (one write to the multicast address
 // where there is one). By write-value, or by 4-byte copies of the device
 // word that holds the constant 1 (e.flagCopy, B4, B5; a device word set to
-// the value in the seed modes). Ops queued in e.ops
-// before the call are submitted first, in order.
+// the value in the seed modes). Ops queued in e.ops before the call are
+// submitted first, in order.
 func (e *Engine) announce(s hip.Stream, capturing bool, arr uintptr, slot, to int, val uint32) error {
 	off := hip.DevicePtr(arr + uintptr(slot)*4)
 	if !e.flagCopy && !(seed.b4 && e.mc != 0) {
