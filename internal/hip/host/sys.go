@@ -121,30 +121,7 @@ const (
 // waitValue blocks until the condition holds on the word at a, or stop
 // becomes true (checked between sleeps). It returns whether it held.
 func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) bool {
-	p := word(a)
-	for i := 0; i < waitSpins; i++ {
-		if condHolds(atomic.LoadUint32(p), val, cond) {
-			return true
-		}
-		yield()
-	}
-	d := waitMinSleep
-	b := sleeperBucket(a)
-	for {
-		b.Add(1) // before the load that FUTEX_WAIT compares: see sleepers
-		cur := atomic.LoadUint32(p)
-		if condHolds(cur, val, cond) {
-			b.Add(-1)
-			return true
-		}
-		if stop.Load() {
-			b.Add(-1)
-			return false
-		}
-		futexWait(p, cur, d)
-		b.Add(-1)
-		d = min(2*d, waitMaxSleep)
-	}
+	return waitValueGuarded(a, val, cond, stop, nil, 0)
 }
 
 // parkGuard lets a parked worker wait on a flag that another executor may
@@ -159,8 +136,12 @@ type parkGuard struct {
 	reading atomic.Int32
 }
 
-// load reads the word at p unless moved differs from gen (ok false).
+// load reads the word at p unless moved differs from gen (ok false); a
+// nil guard always reads.
 func (g *parkGuard) load(p *uint32, gen uint64) (v uint32, ok bool) {
+	if g == nil {
+		return atomic.LoadUint32(p), true
+	}
 	g.reading.Store(1)
 	if g.moved.Load() != gen {
 		g.reading.Store(0)
@@ -184,7 +165,7 @@ func (g *parkGuard) pass() {
 // waitValueGuarded is waitValue for a parked worker: it gives up (false)
 // once g.moved differs from gen, i.e. another executor went past the
 // wait, and then touches the word no more (a futex call on a word that was
-// freed meanwhile fails harmlessly).
+// freed meanwhile fails harmlessly). With a nil g it is waitValue.
 func waitValueGuarded(a uintptr, val, cond uint32, stop *atomic.Bool, g *parkGuard, gen uint64) bool {
 	p := word(a)
 	for i := 0; i < waitSpins; i++ {
