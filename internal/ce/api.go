@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,23 +91,25 @@ func ConfigFromEnv() Config {
 	if v, ok := envBytes("CECOLL_STAGING_BYTES"); ok {
 		cfg.StagingBytes = uintptr(v)
 	}
-	if v := strings.ToLower(strings.TrimSpace(os.Getenv("CECOLL_FLAG_WRITE"))); v != "" {
-		switch v {
-		case FlagWriteAuto, FlagWriteValue, FlagWriteCopy:
-			cfg.FlagWrite = v
-		default:
-			log.Warnf("CECOLL_FLAG_WRITE=%q: want auto, value or copy; using auto", v)
-		}
+	if v := envChoice("CECOLL_FLAG_WRITE", FlagWriteAuto, FlagWriteValue, FlagWriteCopy); v != "" {
+		cfg.FlagWrite = v
 	}
-	if v := strings.ToLower(strings.TrimSpace(os.Getenv("CECOLL_SYNC"))); v != "" {
-		switch v {
-		case SyncAuto, SyncAllPairs, SyncStar:
-			cfg.Sync = v
-		default:
-			log.Warnf("CECOLL_SYNC=%q: want auto, allpairs or star; using auto", v)
-		}
+	if v := envChoice("CECOLL_SYNC", SyncAuto, SyncAllPairs, SyncStar); v != "" {
+		cfg.Sync = v
 	}
 	return cfg
+}
+
+// envChoice returns the variable's value (lower-cased) when it is one of
+// choices, the first of which is the default; otherwise "" (after a
+// warning, when it is set).
+func envChoice(name string, choices ...string) string {
+	v := strings.ToLower(strings.TrimSpace(os.Getenv(name)))
+	if v == "" || slices.Contains(choices, v) {
+		return v
+	}
+	log.Warnf("%s=%q: want %s; using %s", name, v, strings.Join(choices, ", "), choices[0])
+	return ""
 }
 
 // envBytes parses an unsigned integer with an optional K, M or G suffix
