@@ -210,7 +210,8 @@ type Engine struct {
 	mc       hip.DevicePtr // multicast address of the sync window; 0: unicast
 	mcTried  bool          // seed.b6: lazy multicast set-up done
 	star     bool          // SyncStar: rank 0 coordinates every sync
-	rootRel  bool          // star on one device: releases in rank 0's array (Engine.sync)
+	rootRel  bool          // star on one device: releases in the coordinator's array (Engine.sync)
+	rooted   bool          // Scatter and Gather sync at their root (Engine.rootedRound)
 
 	// Device words for copy-based flag writes (B4/B5): the constant 1,
 	// copied by every sync with copied flags, eager or captured (and the
@@ -359,6 +360,9 @@ func (e *Engine) setup() error {
 		e.star = n >= 4 && !e.caps.Multicast
 	}
 	e.rootRel = e.star && e.c.OneDevice() && !seqFlags()
+	// Half syncs at the root for Scatter and Gather, except with the
+	// seed's sync and the seed's flag protocol.
+	e.rooted = e.cfg.Sync != SyncAllPairs && !seqFlags()
 
 	// Sync window (B17: zeroed before anyone uses it; the barrier below
 	// makes sure every rank's zeroing is done before any peer writes):

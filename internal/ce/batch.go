@@ -42,6 +42,19 @@ func (e *Engine) addLocal(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error
 	return nil
 }
 
+// addLocalFirst is addLocal for the root of a rooted round
+// (Engine.rootedRound): where the block does not go to the side stream it
+// is copied on s at once, ahead of the round's first half sync, whose wait
+// for the peers it then overlaps instead of lengthening the batch after
+// it. The block is the root's alone, ordered by its stream; no peer reads
+// or writes it in a rooted round.
+func (e *Engine) addLocalFirst(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error {
+	if !e.rooted || (e.side != 0 && n >= sideCopyMin) {
+		return e.addLocal(s, dst, src, n)
+	}
+	return e.rt.MemcpyAsync(dst, src, n, s)
+}
+
 // join makes s wait for the local copies forked to the side stream, so
 // that the call ends after them (under capture this also ends the side
 // stream's part of the capture).

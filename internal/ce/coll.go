@@ -283,7 +283,7 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 				src := a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
 				if d == me {
 					if !inPlace {
-						if err := e.addLocal(s, a.Recv+hip.DevicePtr(o), src, l); err != nil {
+						if err := e.addLocalFirst(s, a.Recv+hip.DevicePtr(o), src, l); err != nil {
 							return err
 						}
 					}
@@ -296,7 +296,7 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 				e.add(e.pushDst(a, &rt, d, off, 0), src, l)
 			}
 		}
-		if err := e.launchRound(s, capturing, n, chunk, false); err != nil {
+		if err := e.rootedRound(s, capturing, a.Root, n); err != nil {
 			return err
 		}
 		if rt.p == pathStaged && !root {
@@ -309,8 +309,9 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 }
 
 // gather: decided by the send buffer, meaningful on every rank (a non-root
-// recv may be NULL). In a group every non-root pushes into the root's recv;
-// otherwise the root pulls each peer's block, from the peer's send window
+// recv may be NULL). The root pulls each peer's block: from its send
+// buffer in a group (with the seed's all-pairs sync every non-root pushes
+// into the root's recv instead), otherwise from the peer's send window
 // at the same offset or from the staging window the peer filled by a local
 // copy before the first sync, and the second sync releases the peers. The
 // root copies its own block locally unless in place (send == recv +
@@ -362,7 +363,7 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 				dst := a.Recv + hip.DevicePtr(uintptr(q)*chunk+o)
 				if q == me {
 					if !inPlace {
-						if err := e.addLocal(s, dst, src, l); err != nil {
+						if err := e.addLocalFirst(s, dst, src, l); err != nil {
 							return err
 						}
 					}
@@ -370,18 +371,20 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 				}
 				switch rt.p {
 				case pathGroup:
-					// The peers push; nothing to pull.
+					if e.rooted {
+						e.add(dst, a.PeerSend[q]+hip.DevicePtr(o), l)
+					} // else the peers push
 				case pathWindow:
 					e.add(dst, rt.w.PeerBase(q)+hip.DevicePtr(rt.wOff+o), l)
 				default:
 					e.add(dst, e.stageWin.PeerBase(q), l)
 				}
 			}
-		case rt.p == pathGroup:
+		case rt.p == pathGroup && !e.rooted:
 			e.slot(0)
 			e.add(a.PeerRecv[a.Root]+hip.DevicePtr(uintptr(me)*chunk+o), src, l)
 		}
-		if err := e.launchRound(s, capturing, n, chunk, false); err != nil {
+		if err := e.rootedRound(s, capturing, a.Root, n); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package ce
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -339,6 +340,71 @@ func TestSyncAlgorithms(t *testing.T) {
 		caps := hipc
 		runCases(t, 4, worldOpts{caps: &caps, chaos: 9}, cfg, allCases(4, []uintptr{7}, []bufMode{bufPlain, bufWindow}))
 	})
+}
+
+// TestBackToBack runs random sequences of collectives with random roots
+// back to back, with no host barrier between them, on adversarial streams,
+// in every sync layout, with rooted rounds (Scatter, Gather) and full
+// syncs mixed: a flag word written again before its waiter reset it
+// shows as a hang or a wrong result.
+func TestBackToBack(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	hipc, mc := nomc, nomc
+	hipc.SplitWaitReset = true
+	mc.Multicast = true
+	for i, tc := range []struct {
+		name    string
+		n       int
+		devices int
+		sync    string
+		fw      string
+		caps    hip.Caps
+	}{
+		{"allpairs", 3, 0, SyncAllPairs, FlagWriteValue, nomc},
+		{"auto/value", 3, 0, SyncAuto, FlagWriteValue, nomc},
+		{"auto/copy", 2, 0, SyncAuto, FlagWriteCopy, nomc},
+		{"auto/multicast", 4, 0, SyncAuto, FlagWriteValue, mc},
+		{"star/value", 5, 0, SyncStar, FlagWriteValue, nomc},
+		{"star/copy/devices=2", 6, 2, SyncStar, FlagWriteAuto, nomc},
+		{"star/copy/onedevice", 5, 1, SyncStar, FlagWriteCopy, nomc},
+		{"star/value/onedevice", 6, 1, SyncStar, FlagWriteValue, nomc},
+		{"star/hip", 4, 0, SyncStar, FlagWriteAuto, hipc},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			fns := []Func{FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather}
+			var cases []collCase
+			for range 40 {
+				c := collCase{fn: fns[rng.IntN(4)], count: []uintptr{1, 7, 300, 1500}[rng.IntN(4)],
+					dtype: 0, root: rng.IntN(tc.n), inPlace: rng.IntN(3) == 0, mode: bufMode(rng.IntN(3))}
+				c.nullBuf = !c.inPlace && (c.fn == FuncScatter || c.fn == FuncGather)
+				cases = append(cases, c)
+			}
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
+			caps := tc.caps
+			w := newWorld(t, tc.n, worldOpts{caps: &caps, chaos: int64(30 + i), devices: tc.devices})
+			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
+				ps := make([]prepared, len(cases))
+				for k, c := range cases {
+					ps[k] = r.prepare(c)
+				}
+				r.w.bar.wait()
+				for k, c := range cases {
+					if err := r.e.Launch(&ps[k].args); err != nil {
+						return fmt.Errorf("%v: %w", c, err)
+					}
+				}
+				r.syncStream()
+				for k, c := range cases {
+					if err := r.verify(c, ps[k]); err != nil {
+						return fmt.Errorf("call %d: %w", k, err)
+					}
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // TestSyncAuto pins the auto rule: star from 4 ranks up without multicast,

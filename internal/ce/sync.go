@@ -125,19 +125,13 @@ func (e *Engine) submit(s hip.Stream) error {
 //     the other array's words would have to precede its release of this
 //     one, or a released peer could find the next sync's word still set;
 //     TestSyncAlgorithms caught that under chaos.)
+//
+// Scatter and Gather use half syncs instead (rootedRound).
 func (e *Engine) sync(s hip.Stream, capturing bool) error {
 	if e.n == 1 {
 		return nil
 	}
-	arr := uintptr(0)
-	if e.useCompl {
-		arr = e.complOff
-	}
-	e.useCompl = !e.useCompl
-	val := uint32(graphSyncValue)
-	if !capturing && seqFlags() {
-		val = e.nextSeq()
-	}
+	arr, val := e.nextArray(capturing)
 	if seed.b6 && !e.mcTried {
 		// The seed created the multicast team lazily, at the first sync
 		// and without a barrier, and also for two ranks.
@@ -157,61 +151,267 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 		if err := e.announce(s, capturing, arr, e.rank, -1, val); err != nil {
 			return err
 		}
-		e.waits(local, -1, val)
-		return e.resets(s, capturing, local, -1)
+		e.gatherArrivals(local, val)
+		return e.resetArrivals(s, capturing, local)
 	}
 	if e.rank != 0 { // star
-		// My arrival: one byte into my lane of rank 0's array, a copy
-		// whatever the flag-write method (a write-value has 4 bytes).
-		dst := e.syncWin.PeerBase(0) + hip.DevicePtr(arr+uintptr(e.rank-1))
-		if err := e.rt.MemcpyAsync(dst, e.words+wordGraph, 1, s); err != nil {
+		if err := e.arrive(s, arr, 0); err != nil {
 			return err
 		}
-		e.waits(local, 0, val)
-		return e.resets(s, capturing, local, 0)
+		e.awaitRelease(arr, 0, val)
+		return e.resetRelease(s, capturing, arr, 0)
 	}
 	// Rank 0: gather every arrival, release everyone, then reset.
-	e.waits(local, -1, val)
+	e.gatherArrivals(local, val)
 	if e.caps.SplitWaitReset {
 		// HIP may let later writes of a batch overtake its waits.
 		if err := e.submit(s); err != nil {
 			return err
 		}
 	}
-	if e.rootRel {
+	if err := e.releasePeers(s, capturing, arr, val); err != nil {
+		return err
+	}
+	return e.resetArrivals(s, capturing, local)
+}
+
+// rootedRound runs a round of Scatter or Gather, whose copies only the
+// root c makes (it pushes to, or pulls from, every peer), between two half
+// syncs at c instead of two full syncs: on the ready array every peer
+// announces its arrival to c alone (its buffers are ready) and c waits for
+// them and resets at once; c makes the copies; on the complete array c
+// releases every peer (its buffers are done) and each waits for that and
+// resets. A peer waits for nothing before its arrival and c for nothing
+// after its copies, which run on its own stream: two hops of flags on the
+// collective's path instead of four, and n-1 arrivals and n-1 releases
+// instead of two syncs' worth. The arrays keep the layout of the
+// configured algorithm: all pairs, a peer writes its slot in c's array
+// and c its slot in the peer's; star, a peer writes its byte lane in c's
+// array (lane = its distance after c, minus 1) and c writes slot 0 of the
+// peer's (under rootRel, one copy of ones into release words in its own
+// array).
+//
+// Why the arrays stay safe whatever the next collective and its root: a
+// word is written again only after its waiter reset it. An arrival word
+// of c is reset by c before its release of the same round, and a peer
+// writes to c again only after waiting for that release (a full star sync
+// also resets rank 0's arrivals before its next release). A release word
+// of a peer is reset by the peer before its next arrival, and any
+// coordinator writes it again only after waiting for that arrival. Slot 0
+// of a star's array serves as lane word 0 when its rank coordinates and
+// as its release word when not; one use ends with its reset before the
+// other begins, by the same two rules. The round has two syncs, so the
+// next collective starts on the ready array as always (B8).
+// TestBackToBack runs random sequences of collectives and roots under
+// chaos without a host barrier in between.
+func (e *Engine) rootedRound(s hip.Stream, capturing bool, c, nSlots int) error {
+	if !e.rooted {
+		return e.launchRound(s, capturing, nSlots, 0, false)
+	}
+	if err := e.arriveAt(s, capturing, c); err != nil {
+		return err
+	}
+	if e.rank == c {
+		if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
+			return err
+		}
+	}
+	return e.releaseFrom(s, capturing, c)
+}
+
+// arriveAt is the first half sync of a rooted round: peers announce, c
+// gathers and resets.
+func (e *Engine) arriveAt(s hip.Stream, capturing bool, c int) error {
+	arr, val := e.nextArray(capturing)
+	e.ops = e.ops[:0]
+	if e.rank != c {
+		if e.star {
+			return e.arrive(s, arr, c)
+		}
+		if err := e.announce(s, capturing, arr, e.rank, c, val); err != nil {
+			return err
+		}
+		return e.submit(s)
+	}
+	local := e.syncBase + hip.DevicePtr(arr)
+	e.gatherArrivals(local, val)
+	return e.resetArrivals(s, capturing, local)
+}
+
+// releaseFrom is the second half sync of a rooted round: c releases, the
+// peers wait and reset.
+func (e *Engine) releaseFrom(s hip.Stream, capturing bool, c int) error {
+	arr, val := e.nextArray(capturing)
+	e.ops = e.ops[:0]
+	if e.rank == c {
+		if err := e.releasePeers(s, capturing, arr, val); err != nil {
+			return err
+		}
+		return e.submit(s)
+	}
+	e.awaitRelease(arr, c, val)
+	return e.resetRelease(s, capturing, arr, c)
+}
+
+// nextArray returns the offset of the array the next sync uses, flipping
+// the alternation, and the value it announces.
+func (e *Engine) nextArray(capturing bool) (uintptr, uint32) {
+	arr := uintptr(0)
+	if e.useCompl {
+		arr = e.complOff
+	}
+	e.useCompl = !e.useCompl
+	val := uint32(graphSyncValue)
+	if !capturing && seqFlags() {
+		val = e.nextSeq()
+	}
+	return arr, val
+}
+
+// rel is my distance after coordinator c (1..n-1).
+func (e *Engine) rel(c int) int { return (e.rank - c + e.n) % e.n }
+
+// relSlot is the slot of a peer's array where coordinator c releases it:
+// c's own slot under all pairs, slot 0 under star.
+func (e *Engine) relSlot(c int) int {
+	if e.star {
+		return 0
+	}
+	return c
+}
+
+// arrive is a star arrival: one byte into my lane of coordinator c's
+// array at offset arr, a copy whatever the flag-write method (a
+// write-value has 4 bytes).
+func (e *Engine) arrive(s hip.Stream, arr uintptr, c int) error {
+	dst := e.syncWin.PeerBase(c) + hip.DevicePtr(arr+uintptr(e.rel(c)-1))
+	return e.rt.MemcpyAsync(dst, e.words+wordGraph, 1, s)
+}
+
+// gatherArrivals queues a coordinator's waits for every peer's arrival in
+// my array at local: the lane words (star), every peer's slot (all pairs).
+func (e *Engine) gatherArrivals(local hip.DevicePtr, val uint32) {
+	if e.star {
+		for k := range laneWords(e.n) {
+			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(k*4), lanePattern(e.n, k)))
+		}
+		return
+	}
+	for r := range e.n {
+		if r != e.rank {
+			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(r*4), val))
+		}
+	}
+}
+
+// resetArrivals queues the reset to 0 of what gatherArrivals waited for
+// (not under the seed's eager flag protocol) and submits everything queued.
+func (e *Engine) resetArrivals(s hip.Stream, capturing bool, local hip.DevicePtr) error {
+	if !capturing && seedFlags() {
+		return e.submit(s)
+	}
+	if e.caps.SplitWaitReset {
+		// HIP may let later writes of a batch overtake its waits.
 		if err := e.submit(s); err != nil {
 			return err
 		}
-		rel := local + hip.DevicePtr(laneWords(e.n)*4)
-		if err := e.rt.MemcpyAsync(rel, e.words+wordOnes, uintptr(e.n-1)*4, s); err != nil {
-			return err
+	}
+	if e.star {
+		for k := range laneWords(e.n) {
+			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(k*4), 0))
 		}
-	} else if err := e.announce(s, capturing, arr, 0, -1, val); err != nil {
+		return e.submit(s)
+	}
+	for r := range e.n {
+		if r != e.rank {
+			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(r*4), 0))
+		}
+	}
+	return e.submit(s)
+}
+
+// releasePeers releases every peer as coordinator, in the array at offset
+// arr: under rootRel one local copy of ones into the release words of my
+// array, else my release slot in every peer's array (announce; write-value
+// ops may stay queued).
+func (e *Engine) releasePeers(s hip.Stream, capturing bool, arr uintptr, val uint32) error {
+	if !e.rootRel {
+		return e.announce(s, capturing, arr, e.relSlot(e.rank), -1, val)
+	}
+	if err := e.submit(s); err != nil {
 		return err
 	}
-	return e.resets(s, capturing, local, -1)
+	rel := e.syncBase + hip.DevicePtr(arr+uintptr(laneWords(e.n))*4)
+	return e.rt.MemcpyAsync(rel, e.words+wordOnes, uintptr(e.n-1)*4, s)
+}
+
+// releaseWord is the word where coordinator c releases me in the array at
+// offset arr: my word in c's array under rootRel, else my release slot.
+func (e *Engine) releaseWord(arr uintptr, c int) hip.DevicePtr {
+	if e.rootRel {
+		return e.syncWin.PeerBase(c) + hip.DevicePtr(arr+uintptr(laneWords(e.n)+e.rel(c)-1)*4)
+	}
+	return e.syncBase + hip.DevicePtr(arr+uintptr(e.relSlot(c))*4)
+}
+
+// awaitRelease queues my wait for coordinator c's release.
+func (e *Engine) awaitRelease(arr uintptr, c int, val uint32) {
+	e.ops = append(e.ops, waitOp(e.releaseWord(arr, c), val))
+}
+
+// resetRelease queues the reset of my release word (not under the seed's
+// eager flag protocol) and submits everything queued. Under rootRel the
+// word is in c's array: with copied flags it is reset by copy, like every
+// write into a peer's window.
+func (e *Engine) resetRelease(s hip.Stream, capturing bool, arr uintptr, c int) error {
+	if !capturing && seedFlags() {
+		return e.submit(s)
+	}
+	if e.caps.SplitWaitReset {
+		if err := e.submit(s); err != nil {
+			return err
+		}
+	}
+	w := e.releaseWord(arr, c)
+	if !e.rootRel || !e.flagCopy {
+		e.ops = append(e.ops, writeOp(w, 0))
+		return e.submit(s)
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	return e.rt.MemcpyAsync(w, e.zeros(), 4, s)
 }
 
 // waitWords returns the words of the array at offset arr that this rank's
-// waits watch: every slot of mine (all pairs), rank 0's lane words, a
-// peer's slot 0, or under rootRel a peer's release word in rank 0's array.
-// Abort writes releaseValue into exactly these (it allocates: Abort only).
+// waits may watch: as coordinator its arrival words (all pairs: every slot
+// of mine), as a peer its release word of every coordinator it may have
+// (rank 0, or every rank with rooted rounds). Abort writes releaseValue
+// into exactly these (it allocates: Abort only).
 func (e *Engine) waitWords(arr uintptr) []hip.DevicePtr {
 	local := e.syncBase + hip.DevicePtr(arr)
 	var out []hip.DevicePtr
-	switch {
-	case !e.star:
+	if !e.star {
 		for r := range e.n {
 			out = append(out, local+hip.DevicePtr(r*4))
 		}
-	case e.rank == 0:
+		return out
+	}
+	if e.rank == 0 || e.rooted {
 		for k := range laneWords(e.n) {
 			out = append(out, local+hip.DevicePtr(k*4))
 		}
-	case e.rootRel:
-		out = append(out, e.relWord(arr))
-	default:
-		out = append(out, local)
+	}
+	if !e.rootRel {
+		if e.rank != 0 || e.rooted {
+			out = append(out, local) // slot 0, my release word
+		}
+		return out
+	}
+	for c := range e.n {
+		if c != e.rank && (c == 0 || e.rooted) {
+			out = append(out, e.releaseWord(arr, c))
+		}
 	}
 	return out
 }
@@ -219,12 +419,6 @@ func (e *Engine) waitWords(arr uintptr) []hip.DevicePtr {
 // zeros is the device source of a rootRel reset: words of 0 after the
 // ones in Engine.words.
 func (e *Engine) zeros() hip.DevicePtr { return e.words + hip.DevicePtr(wordOnes+4*e.n) }
-
-// relWord is this peer's release word in rank 0's array at offset arr
-// (rootRel).
-func (e *Engine) relWord(arr uintptr) hip.DevicePtr {
-	return e.syncWin.PeerBase(0) + hip.DevicePtr(arr+uintptr(laneWords(e.n)+e.rank-1)*4)
-}
 
 // laneByte is the value a peer copies into its byte lane: the low byte of
 // the graph constant 1 in Engine.words.
@@ -302,64 +496,4 @@ func (e *Engine) announce(s hip.Stream, capturing bool, arr uintptr, slot, to in
 		}
 	}
 	return nil
-}
-
-// waits queues the waits for slot from of my array at local (every peer's
-// slot when from < 0; the lane words instead at rank 0 of a star, my
-// release word in rank 0's array under rootRel).
-func (e *Engine) waits(local hip.DevicePtr, from int, val uint32) {
-	if e.star && e.rank == 0 {
-		for k := range laneWords(e.n) {
-			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(k*4), lanePattern(e.n, k)))
-		}
-		return
-	}
-	if e.rootRel {
-		e.ops = append(e.ops, waitOp(e.relWord(uintptr(local-e.syncBase)), val))
-		return
-	}
-	for r := range e.n {
-		if r != e.rank && (from < 0 || r == from) {
-			e.ops = append(e.ops, waitOp(local+hip.DevicePtr(r*4), val))
-		}
-	}
-}
-
-// resets queues the reset to 0 of every slot waits waited for (not under
-// the seed's eager flag protocol) and submits everything queued.
-func (e *Engine) resets(s hip.Stream, capturing bool, local hip.DevicePtr, from int) error {
-	if !capturing && seedFlags() {
-		return e.submit(s)
-	}
-	if e.caps.SplitWaitReset {
-		// HIP may let later writes of a batch overtake its waits.
-		if err := e.submit(s); err != nil {
-			return err
-		}
-	}
-	if e.star && e.rank == 0 {
-		for k := range laneWords(e.n) {
-			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(k*4), 0))
-		}
-		return e.submit(s)
-	}
-	if e.rootRel {
-		w := e.relWord(uintptr(local - e.syncBase))
-		if !e.flagCopy {
-			e.ops = append(e.ops, writeOp(w, 0))
-			return e.submit(s)
-		}
-		// A word of rank 0's: by copy, like every write into a peer's
-		// window with copied flags.
-		if err := e.submit(s); err != nil {
-			return err
-		}
-		return e.rt.MemcpyAsync(w, e.zeros(), 4, s)
-	}
-	for r := range e.n {
-		if r != e.rank && (from < 0 || r == from) {
-			e.ops = append(e.ops, writeOp(local+hip.DevicePtr(r*4), 0))
-		}
-	}
-	return e.submit(s)
 }

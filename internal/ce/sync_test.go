@@ -70,6 +70,47 @@ func (r recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) erro
 	return r.testRT.MemcpyAsync(dst, src, n, s)
 }
 
+// opLogs runs setup (if any) and then, after a barrier, body on every rank
+// of a world with the given options, and returns the ops each rank issued
+// in body, by the owner and offset of the sync word they touch ("?" for
+// other memory; batched copies are not logged).
+func opLogs(t *testing.T, n int, o worldOpts, cfg Config, setup, body func(r *rankEnv) error) [][]string {
+	w := newWorld(t, n, o)
+	logs := make([][]string, n)
+	var mu sync.Mutex
+	bases := make([]hip.DevicePtr, n)
+	at := func(p hip.DevicePtr) string {
+		for r, b := range bases {
+			if b != 0 && p >= b && p < b+64 {
+				return fmt.Sprintf("r%d+%d", r, p-b)
+			}
+		}
+		return "?"
+	}
+	for i, c := range w.comms {
+		c.rt = recRT{c.rt.(testRT), &mu, &logs[i], at}
+	}
+	w.run(cfg, 30*time.Second, false, func(r *rankEnv) error {
+		if setup != nil {
+			if err := setup(r); err != nil {
+				return err
+			}
+			w.bar.wait()
+		}
+		mu.Lock()
+		bases[r.rank] = r.e.syncBase
+		logs[r.rank] = nil
+		mu.Unlock()
+		w.bar.wait()
+		if err := body(r); err != nil {
+			return err
+		}
+		r.syncStream()
+		return nil
+	})
+	return logs
+}
+
 // TestStarOpOrder pins the star sync with copied flags, op by op, on one
 // device (rootRel) and on two: a peer copies one byte into its lane of
 // rank 0's array and waits for its release; rank 0 waits once per lane
@@ -92,42 +133,98 @@ func TestStarOpOrder(t *testing.T) {
 			func(r int) string { return fmt.Sprintf("copy1 r0+%d\nwait r%d+0=0x1\nwrite r%d+0=0x0", r-1, r, r) }},
 	} {
 		t.Run(fmt.Sprintf("devices=%d", tc.devices), func(t *testing.T) {
-			w := newWorld(t, n, worldOpts{devices: tc.devices})
-			logs := make([][]string, n)
-			var mu sync.Mutex
-			bases := make([]hip.DevicePtr, n)
-			at := func(p hip.DevicePtr) string {
-				for r, b := range bases {
-					if b != 0 && p >= b && p < b+64 {
-						return fmt.Sprintf("r%d+%d", r, p-b)
-					}
-				}
-				return "?"
-			}
-			for i, c := range w.comms {
-				c.rt = recRT{c.rt.(testRT), &mu, &logs[i], at}
-			}
 			cfg := testCfg()
 			cfg.Sync, cfg.FlagWrite = SyncStar, FlagWriteCopy
-			w.run(cfg, 30*time.Second, false, func(r *rankEnv) error {
-				mu.Lock()
-				bases[r.rank] = r.e.syncBase
-				logs[r.rank] = nil
-				mu.Unlock()
-				w.bar.wait()
+			logs := opLogs(t, n, worldOpts{devices: tc.devices}, cfg, nil, func(r *rankEnv) error {
 				if !r.e.star || r.e.rootRel != (tc.devices == 1) {
 					return fmt.Errorf("star %v rootRel %v", r.e.star, r.e.rootRel)
 				}
-				if err := r.e.sync(r.s, false); err != nil {
-					return err
-				}
-				r.syncStream()
-				return nil
+				return r.e.sync(r.s, false)
 			})
 			require.Equal(t, strings.Join(tc.root, "\n"), strings.Join(logs[0], "\n"), "rank 0")
 			for r := 1; r < n; r++ {
 				require.Equal(t, tc.peer(r), strings.Join(logs[r], "\n"), "rank %d", r)
 			}
+		})
+	}
+}
+
+// TestRootedOpOrder pins the two half syncs of a rooted round at root 2,
+// op by op, in each layout: a peer announces its arrival to the root only
+// (star: its byte lane, at its distance after the root; all pairs: its
+// slot) and then waits for the root's release alone; the root waits for
+// the arrivals and resets them before it releases (TestBackToBack shows
+// why the order matters).
+func TestRootedOpOrder(t *testing.T) {
+	const root = 2
+	for _, tc := range []struct {
+		name    string
+		n       int
+		devices int
+		sync    string
+		fw      string
+		root    []string
+		peer    func(p, rel int) string
+	}{
+		// rootRel: the release words follow the 2 lane words in the
+		// root's complete array (at 32).
+		{"star/onedevice", 6, 1, SyncStar, FlagWriteCopy,
+			[]string{"wait r2+0=0x1010101", "wait r2+4=0x1", "write r2+0=0x0", "write r2+4=0x0", "copy20 r2+40"},
+			func(p, rel int) string {
+				w := 32 + 4*(2+rel-1)
+				return fmt.Sprintf("copy1 r2+%d\nwait r2+%d=0x1\ncopy4 r2+%d", rel-1, w, w)
+			}},
+		{"star/devices=2", 6, 2, SyncStar, FlagWriteCopy,
+			[]string{"wait r2+0=0x1010101", "wait r2+4=0x1", "write r2+0=0x0", "write r2+4=0x0",
+				"copy4 r0+32", "copy4 r1+32", "copy4 r3+32", "copy4 r4+32", "copy4 r5+32"},
+			func(p, rel int) string {
+				return fmt.Sprintf("copy1 r2+%d\nwait r%d+32=0x1\nwrite r%d+32=0x0", rel-1, p, p)
+			}},
+		{"allpairs-layout", 3, 0, SyncAuto, FlagWriteValue,
+			[]string{"wait r2+0=0x1", "wait r2+4=0x1", "write r2+0=0x0", "write r2+4=0x0", "write r0+24=0x1", "write r1+24=0x1"},
+			func(p, rel int) string {
+				return fmt.Sprintf("write r2+%d=0x1\nwait r%d+24=0x1\nwrite r%d+24=0x0", 4*p, p, p)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
+			caps := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true} // no multicast
+			logs := opLogs(t, tc.n, worldOpts{devices: tc.devices, caps: &caps}, cfg, nil, func(r *rankEnv) error {
+				if !r.e.rooted || r.e.star != (tc.sync == SyncStar) {
+					return fmt.Errorf("rooted %v star %v", r.e.rooted, r.e.star)
+				}
+				if err := r.e.arriveAt(r.s, false, root); err != nil {
+					return err
+				}
+				return r.e.releaseFrom(r.s, false, root)
+			})
+			require.Equal(t, strings.Join(tc.root, "\n"), strings.Join(logs[root], "\n"), "root")
+			for p := range tc.n {
+				if p != root {
+					require.Equal(t, tc.peer(p, (p-root+tc.n)%tc.n), strings.Join(logs[p], "\n"), "rank %d", p)
+				}
+			}
+		})
+	}
+}
+
+// TestRootedLocalFirst: the root of a rooted round copies its own block
+// before it waits for its peers' arrivals (Engine.addLocalFirst), so that
+// the copy overlaps the wait; the peers' blocks follow in one batch (not
+// logged) before the release.
+func TestRootedLocalFirst(t *testing.T) {
+	const n, root = 4, 2
+	cfg := testCfg()
+	cfg.Sync, cfg.FlagWrite = SyncStar, FlagWriteCopy
+	for _, fn := range []Func{FuncScatter, FuncGather} {
+		t.Run(fn.String(), func(t *testing.T) {
+			ps := make([]prepared, n)
+			logs := opLogs(t, n, worldOpts{devices: 1}, cfg, func(r *rankEnv) error {
+				ps[r.rank] = r.prepare(collCase{fn: fn, count: 5, dtype: 0, root: root, mode: bufWindow})
+				return nil
+			}, func(r *rankEnv) error { return r.e.Launch(&ps[r.rank].args) })
+			require.Equal(t, "copy5 ?\nwait r2+0=0x10101\nwrite r2+0=0x0\ncopy12 r2+20", strings.Join(logs[root], "\n"))
 		})
 	}
 }
