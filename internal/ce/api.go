@@ -259,6 +259,11 @@ type Engine struct {
 	sideJoin    hip.Event
 	sidePending bool
 
+	// own is the rank's own block of the round being built, when it is
+	// copied on the collective's stream ahead of the peers' blocks
+	// (Engine.addOwn).
+	own ownCopy
+
 	// Preallocated parameter arrays (B16).
 	ops      []hip.MemOp
 	dsts     []hip.DevicePtr

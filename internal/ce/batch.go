@@ -10,6 +10,7 @@ import "cecoll/internal/hip"
 // resetCopies empties the copy list.
 func (e *Engine) resetCopies() {
 	e.dsts, e.srcs, e.sizes = e.dsts[:0], e.srcs[:0], e.sizes[:0]
+	e.own.pending = false
 }
 
 // slot marks the start of slot j.
@@ -42,17 +43,40 @@ func (e *Engine) addLocal(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error
 	return nil
 }
 
-// addLocalFirst is addLocal for the root of a rooted round
-// (Engine.rootedRound): where the block does not go to the side stream it
-// is copied on s at once, ahead of the round's first half sync, whose wait
-// for the peers it then overlaps instead of lengthening the batch after
-// it. The block is the root's alone, ordered by its stream; no peer reads
-// or writes it in a rooted round.
-func (e *Engine) addLocalFirst(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error {
-	if !e.rooted || (e.side != 0 && n >= sideCopyMin) {
+// ownCopy is a pending copy of the rank's own block.
+type ownCopy struct {
+	dst, src hip.DevicePtr
+	n        uintptr
+	pending  bool
+}
+
+// addOwn queues the rank's own block, n bytes src -> dst. Where it does
+// not go to the side stream (addLocal) it is held back and copied on the
+// collective's stream inside the round's first sync, at the point where
+// the rank would otherwise wait (flushOwn): after its own arrival, before
+// its wait for the peers, which the copy then overlaps instead of
+// lengthening the batch after it. The block is this rank's alone: no peer
+// reads or writes it, and its stream orders it after the rank's earlier
+// work. (Not in the seed's B9 mode, whose defect needs the local copy in
+// the batch.)
+func (e *Engine) addOwn(s hip.Stream, dst, src hip.DevicePtr, n uintptr) error {
+	if seed.b9 || (e.side != 0 && n >= sideCopyMin) {
 		return e.addLocal(s, dst, src, n)
 	}
-	return e.rt.MemcpyAsync(dst, src, n, s)
+	e.own = ownCopy{dst, src, n, true}
+	return nil
+}
+
+// flushOwn enqueues the held-back own block on s, after what e.ops holds.
+func (e *Engine) flushOwn(s hip.Stream) error {
+	if !e.own.pending {
+		return nil
+	}
+	e.own.pending = false
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	return e.rt.MemcpyAsync(e.own.dst, e.own.src, e.own.n, s)
 }
 
 // join makes s wait for the local copies forked to the side stream, so

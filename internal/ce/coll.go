@@ -180,7 +180,7 @@ func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
 			d := (me + r) % n
 			if d == me {
 				if !inPlace {
-					if err := e.addLocal(a.Stream, myBlock+hip.DevicePtr(o), src, l); err != nil {
+					if err := e.addOwn(a.Stream, myBlock+hip.DevicePtr(o), src, l); err != nil {
 						return err
 					}
 				}
@@ -236,7 +236,7 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 			src := a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
 			if d == me {
 				if !inPlace {
-					if err := e.addLocal(s, a.Recv+hip.DevicePtr(myOff+o), src, l); err != nil {
+					if err := e.addOwn(s, a.Recv+hip.DevicePtr(myOff+o), src, l); err != nil {
 						return err
 					}
 				}
@@ -283,7 +283,7 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 				src := a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
 				if d == me {
 					if !inPlace {
-						if err := e.addLocalFirst(s, a.Recv+hip.DevicePtr(o), src, l); err != nil {
+						if err := e.addOwn(s, a.Recv+hip.DevicePtr(o), src, l); err != nil {
 							return err
 						}
 					}
@@ -363,7 +363,7 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 				dst := a.Recv + hip.DevicePtr(uintptr(q)*chunk+o)
 				if q == me {
 					if !inPlace {
-						if err := e.addLocalFirst(s, dst, src, l); err != nil {
+						if err := e.addOwn(s, dst, src, l); err != nil {
 							return err
 						}
 					}

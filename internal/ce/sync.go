@@ -126,10 +126,13 @@ func (e *Engine) submit(s hip.Stream) error {
 //     one, or a released peer could find the next sync's word still set;
 //     TestSyncAlgorithms caught that under chaos.)
 //
+// Every rank copies its own block (addOwn) where it would otherwise wait:
+// after its arrival, before its waits.
+//
 // Scatter and Gather use half syncs instead (rootedRound).
 func (e *Engine) sync(s hip.Stream, capturing bool) error {
 	if e.n == 1 {
-		return nil
+		return e.flushOwn(s)
 	}
 	arr, val := e.nextArray(capturing)
 	if seed.b6 && !e.mcTried {
@@ -151,6 +154,9 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 		if err := e.announce(s, capturing, arr, e.rank, -1, val); err != nil {
 			return err
 		}
+		if err := e.flushOwn(s); err != nil {
+			return err
+		}
 		e.gatherArrivals(local, val)
 		return e.resetArrivals(s, capturing, local)
 	}
@@ -158,10 +164,16 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 		if err := e.arrive(s, arr, 0); err != nil {
 			return err
 		}
+		if err := e.flushOwn(s); err != nil {
+			return err
+		}
 		e.awaitRelease(arr, 0, val)
 		return e.resetRelease(s, capturing, arr, 0)
 	}
 	// Rank 0: gather every arrival, release everyone, then reset.
+	if err := e.flushOwn(s); err != nil {
+		return err
+	}
 	e.gatherArrivals(local, val)
 	if e.caps.SplitWaitReset {
 		// HIP may let later writes of a batch overtake its waits.
@@ -205,7 +217,7 @@ func (e *Engine) sync(s hip.Stream, capturing bool) error {
 // TestBackToBack runs random sequences of collectives and roots under
 // chaos without a host barrier in between.
 func (e *Engine) rootedRound(s hip.Stream, capturing bool, c, nSlots int) error {
-	if !e.rooted {
+	if !e.rooted || e.n == 1 {
 		return e.launchRound(s, capturing, nSlots, 0, false)
 	}
 	if err := e.arriveAt(s, capturing, c); err != nil {
@@ -232,6 +244,9 @@ func (e *Engine) arriveAt(s hip.Stream, capturing bool, c int) error {
 			return err
 		}
 		return e.submit(s)
+	}
+	if err := e.flushOwn(s); err != nil {
+		return err
 	}
 	local := e.syncBase + hip.DevicePtr(arr)
 	e.gatherArrivals(local, val)
@@ -360,9 +375,7 @@ func (e *Engine) awaitRelease(arr uintptr, c int, val uint32) {
 }
 
 // resetRelease queues the reset of my release word (not under the seed's
-// eager flag protocol) and submits everything queued. Under rootRel the
-// word is in c's array: with copied flags it is reset by copy, like every
-// write into a peer's window.
+// eager flag protocol) and submits everything queued.
 func (e *Engine) resetRelease(s hip.Stream, capturing bool, arr uintptr, c int) error {
 	if !capturing && seedFlags() {
 		return e.submit(s)
@@ -372,6 +385,8 @@ func (e *Engine) resetRelease(s hip.Stream, capturing bool, arr uintptr, c int) 
 			return err
 		}
 	}
+	// Under rootRel the word is in c's array: with copied flags it is
+	// reset by copy, like every write into a peer's window.
 	w := e.releaseWord(arr, c)
 	if !e.rootRel || !e.flagCopy {
 		e.ops = append(e.ops, writeOp(w, 0))

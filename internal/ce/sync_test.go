@@ -209,22 +209,43 @@ func TestRootedOpOrder(t *testing.T) {
 	}
 }
 
-// TestRootedLocalFirst: the root of a rooted round copies its own block
-// before it waits for its peers' arrivals (Engine.addLocalFirst), so that
-// the copy overlaps the wait; the peers' blocks follow in one batch (not
-// logged) before the release.
-func TestRootedLocalFirst(t *testing.T) {
-	const n, root = 4, 2
-	cfg := testCfg()
-	cfg.Sync, cfg.FlagWrite = SyncStar, FlagWriteCopy
-	for _, fn := range []Func{FuncScatter, FuncGather} {
-		t.Run(fn.String(), func(t *testing.T) {
-			ps := make([]prepared, n)
-			logs := opLogs(t, n, worldOpts{devices: 1}, cfg, func(r *rankEnv) error {
-				ps[r.rank] = r.prepare(collCase{fn: fn, count: 5, dtype: 0, root: root, mode: bufWindow})
+// TestOwnBlockFirst: a rank copies its own block where it would otherwise
+// wait, inside the round's first sync (Engine.addOwn): the root of a
+// rooted round before its wait for the arrivals, a star peer and an
+// all-pairs rank after their own arrival. The peers' blocks go in
+// batches, which are not logged.
+func TestOwnBlockFirst(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	for _, tc := range []struct {
+		name    string
+		fn      Func
+		n, devs int
+		sync    string
+		fw      string
+		who     int
+		want    []string
+	}{
+		{"scatter/root", FuncScatter, 4, 1, SyncStar, FlagWriteCopy, 2,
+			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
+		{"gather/root", FuncGather, 4, 1, SyncStar, FlagWriteCopy, 2,
+			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
+		{"allgather/star/peer", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 1,
+			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "copy4 r0+4", "copy1 r0+16", "wait r0+20=0x1", "copy4 r0+20"}},
+		{"allgather/star/rank0", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 0,
+			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
+		{"allgather/allpairs", FuncAllGather, 2, 2, SyncAllPairs, FlagWriteValue, 1,
+			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
+			caps := nomc
+			ps := make([]prepared, tc.n)
+			logs := opLogs(t, tc.n, worldOpts{devices: tc.devs, caps: &caps}, cfg, func(r *rankEnv) error {
+				ps[r.rank] = r.prepare(collCase{fn: tc.fn, count: 5, dtype: 0, root: 2 % tc.n, mode: bufWindow})
 				return nil
 			}, func(r *rankEnv) error { return r.e.Launch(&ps[r.rank].args) })
-			require.Equal(t, "copy5 ?\nwait r2+0=0x10101\nwrite r2+0=0x0\ncopy12 r2+20", strings.Join(logs[root], "\n"))
+			require.Equal(t, strings.Join(tc.want, "\n"), strings.Join(logs[tc.who], "\n"), "rank %d", tc.who)
 		})
 	}
 }
