@@ -209,11 +209,11 @@ func TestRootedOpOrder(t *testing.T) {
 	}
 }
 
-// TestOwnBlockFirst: a rank copies its own block where it would otherwise
-// wait, inside the round's first sync (Engine.addOwn): the root of a
+// TestOwnBlockFirst: a rank copies its own (large) block where it would
+// otherwise wait, inside the round's first sync (Engine.addOwn): the root of a
 // rooted round before its wait for the arrivals, a star peer and an
-// all-pairs rank after their own arrival. The peers' blocks go in
-// batches, which are not logged.
+// all-pairs rank after their own arrival; a small block stays in the
+// batch. The peers' blocks go in batches, which are not logged.
 func TestOwnBlockFirst(t *testing.T) {
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
 	for _, tc := range []struct {
@@ -233,10 +233,17 @@ func TestOwnBlockFirst(t *testing.T) {
 			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "copy4 r0+4", "copy1 r0+16", "wait r0+20=0x1", "copy4 r0+20"}},
 		{"allgather/star/rank0", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 0,
 			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
-		{"allgather/allpairs", FuncAllGather, 2, 2, SyncAllPairs, FlagWriteValue, 1,
+		{"allgather/allpairs", FuncAllGather, 2, 1, SyncAllPairs, FlagWriteValue, 1,
 			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
+		{"small", FuncScatter, 4, 1, SyncStar, FlagWriteCopy, 2,
+			[]string{"wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			old := sideCopyMin
+			if tc.name != "small" {
+				sideCopyMin = 1 // every own block is large
+			}
+			t.Cleanup(func() { sideCopyMin = old })
 			cfg := testCfg()
 			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
 			caps := nomc
