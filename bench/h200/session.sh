@@ -14,7 +14,8 @@
 #       per collective, per side, and per symbol
 #   D2  issue 6: 8 B per rank, graph replay, N=2,4,8, for CECOLL_SYNC x
 #       CECOLL_FLAG_WRITE (and the defaults, also eager)
-#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, -R 1 eager/graph, and
+#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, -R 1 eager/graph (-n 20: with
+#       -n 5 the first eager iteration's start-up weighed a fifth), and
 #       -R 0 at 64 MiB eager/graph: %ceil
 #   A   issue 3: the C tests in thread-per-rank mode (-m threads) at 2, 4, 8
 #       ranks with CUDA_DEVICE_MAX_CONNECTIONS unset and =32 (=8 too on the
@@ -329,7 +330,7 @@ if want D1; then
       g=()
       [ "$mode" = graph ] && g=(-G)
       run_step D1 "N=$n R=1 $mode $small..$big" 90 "$OUT/d1/N${n}_R1_${mode}.txt" \
-        "$PERF" -N "$n" -b "$small" -e "$big" -f 4 -n 5 -w 2 -c "$chk" -R 1 "${g[@]}" --json "$OUT/d1/N${n}_R1_${mode}.json"
+        "$PERF" -N "$n" -b "$small" -e "$big" -f 4 -n 20 -w 3 -c "$chk" -R 1 "${g[@]}" --json "$OUT/d1/N${n}_R1_${mode}.json"
       run_step D1 "N=$n R=0 $mode $small" 60 "$OUT/d1/N${n}_R0_${mode}.txt" \
         "$PERF" -N "$n" -b "$small" -e "$small" -n 5 -w 2 -c "$chk" -R 0 "${g[@]}" --json "$OUT/d1/N${n}_R0_${mode}.json"
     done
