@@ -127,7 +127,7 @@ func TestStarOpOrder(t *testing.T) {
 		{1, []string{"wait r0+0=0x1010101", "wait r0+4=0x1", "copy20 r0+8", "write r0+0=0x0", "write r0+4=0x0"},
 			func(r int) string {
 				w := 8 + 4*(r-1)
-				return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\ncopy4 r0+%d", r-1, w, w)
+				return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\nwrite r0+%d=0x0", r-1, w, w)
 			}},
 		{2, []string{"wait r0+0=0x1010101", "wait r0+4=0x1", "copy4 r1+0", "copy4 r2+0", "copy4 r3+0", "copy4 r4+0", "copy4 r5+0", "write r0+0=0x0", "write r0+4=0x0"},
 			func(r int) string { return fmt.Sprintf("copy1 r0+%d\nwait r%d+0=0x1\nwrite r%d+0=0x0", r-1, r, r) }},
@@ -172,7 +172,7 @@ func TestRootedOpOrder(t *testing.T) {
 			[]string{"wait r2+0=0x1010101", "wait r2+4=0x1", "write r2+0=0x0", "write r2+4=0x0", "copy20 r2+40"},
 			func(p, rel int) string {
 				w := 32 + 4*(2+rel-1)
-				return fmt.Sprintf("copy1 r2+%d\nwait r2+%d=0x1\ncopy4 r2+%d", rel-1, w, w)
+				return fmt.Sprintf("copy1 r2+%d\nwait r2+%d=0x1\nwrite r2+%d=0x0", rel-1, w, w)
 			}},
 		{"star/devices=2", 6, 2, SyncStar, FlagWriteCopy,
 			[]string{"wait r2+0=0x1010101", "wait r2+4=0x1", "write r2+0=0x0", "write r2+4=0x0",
@@ -230,7 +230,7 @@ func TestOwnBlockFirst(t *testing.T) {
 		{"gather/root", FuncGather, 4, 1, SyncStar, FlagWriteCopy, 2,
 			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
 		{"allgather/star/peer", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 1,
-			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "copy4 r0+4", "copy1 r0+16", "wait r0+20=0x1", "copy4 r0+20"}},
+			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "write r0+4=0x0", "copy1 r0+16", "wait r0+20=0x1", "write r0+20=0x0"}},
 		{"allgather/star/rank0", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 0,
 			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
 		{"allgather/allpairs", FuncAllGather, 2, 1, SyncAllPairs, FlagWriteValue, 1,
