@@ -309,7 +309,7 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 }
 
 // gather: decided by the send buffer, meaningful on every rank (a non-root
-// recv may be NULL). The root pulls each peer's block: from its send
+// recv may be NULL). The root pulls each peer's block: from the peer's send
 // buffer in a group (with the seed's all-pairs sync every non-root pushes
 // into the root's recv instead), otherwise from the peer's send window
 // at the same offset or from the staging window the peer filled by a local
