@@ -29,6 +29,9 @@ const (
 	// syncs than its peers), so an AlltoAll whose n*chunk exceeds
 	// StagingBytes costs two syncs per extra round.
 	DefaultStagingBytes = 32 << 20
+	// DefaultHubBytes is the largest AllGather or AlltoAll (chunk*n bytes
+	// per rank) that runs as a hub round (Engine.hubRound) where it can.
+	DefaultHubBytes = 64 << 10
 )
 
 // Flag-write methods (Config.FlagWrite).
@@ -66,6 +69,7 @@ type Config struct {
 	StagingBytes            uintptr // CECOLL_STAGING_BYTES, staging window per rank (default 32 MiB)
 	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
 	Sync                    string  // CECOLL_SYNC: "auto" (default), "allpairs" or "star"
+	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub round, chunk*n bytes (default 64 KiB; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
 }
 
 // ConfigFromEnv returns the defaults overridden by the environment. A
@@ -77,6 +81,7 @@ func ConfigFromEnv() Config {
 		StagingBytes:            DefaultStagingBytes,
 		FlagWrite:               FlagWriteAuto,
 		Sync:                    SyncAuto,
+		HubBytes:                DefaultHubBytes,
 	}
 	if v, ok := envBytes("CECOLL_INTRA_BATCH_SYNC_FREQ"); ok {
 		if v >= 1 && v <= 1<<20 {
@@ -96,6 +101,12 @@ func ConfigFromEnv() Config {
 	}
 	if v := envChoice("CECOLL_SYNC", SyncAuto, SyncAllPairs, SyncStar); v != "" {
 		cfg.Sync = v
+	}
+	if v, ok := envBytes("CECOLL_HUB_BYTES"); ok {
+		cfg.HubBytes = -1 // 0: off
+		if v > 0 && v <= 1<<40 {
+			cfg.HubBytes = int64(v)
+		}
 	}
 	return cfg
 }
@@ -167,6 +178,9 @@ func (cfg *Config) normalize() error {
 	if cfg.Sync == "" {
 		cfg.Sync = SyncAuto
 	}
+	if cfg.HubBytes == 0 {
+		cfg.HubBytes = DefaultHubBytes
+	}
 	if cfg.IntraBatchSyncFreq < 1 {
 		return result.Errorf(result.InvalidArgument, "ce: intra-batch sync frequency %d: want >= 1", cfg.IntraBatchSyncFreq)
 	}
@@ -212,6 +226,7 @@ type Engine struct {
 	star     bool          // SyncStar: rank 0 coordinates every sync
 	rootRel  bool          // star on one device: releases in the coordinator's array (Engine.sync)
 	rooted   bool          // Scatter and Gather sync at their root (Engine.rootedRound)
+	hub      bool          // small AllGather and AlltoAll may run as hub rounds (Engine.hubRound)
 
 	// Device words for copy-based flag writes (B4/B5): the constant 1,
 	// copied by every sync with copied flags, eager or captured (and the
@@ -368,6 +383,8 @@ func (e *Engine) setup() error {
 	// Half syncs at the root for Scatter and Gather, except with the
 	// seed's sync and the seed's flag protocol.
 	e.rooted = e.cfg.Sync != SyncAllPairs && !seqFlags()
+	// Hub rounds where one device makes every copy anyway, measured there.
+	e.hub = e.rooted && e.c.OneDevice() && e.cfg.HubBytes > 0
 
 	// Sync window (B17: zeroed before anyone uses it; the barrier below
 	// makes sure every rank's zeroing is done before any peer writes):
@@ -440,11 +457,15 @@ func (e *Engine) setup() error {
 
 	// Parameter arrays, sized for the largest call (B16): a UC sync under
 	// capture needs 2(n-1) flag entries and n resets; a collective at most
-	// n copies per batch.
+	// n copies per batch, n*n in a hub round.
 	e.ops = make([]hip.MemOp, 0, 3*n+2)
-	e.dsts = make([]hip.DevicePtr, 0, n)
-	e.srcs = make([]hip.DevicePtr, 0, n)
-	e.sizes = make([]uintptr, 0, n)
+	copies := n
+	if e.hub {
+		copies = n * n
+	}
+	e.dsts = make([]hip.DevicePtr, 0, copies)
+	e.srcs = make([]hip.DevicePtr, 0, copies)
+	e.sizes = make([]uintptr, 0, copies)
 	e.bounds = make([]int, n+1)
 	e.attrs[0] = hip.CopyAttributes{SrcAccessOrder: hip.SrcAccessOrderStream, Flags: hip.CopyFlagPreferOverlapWithCompute}
 	e.attrIdxs[0] = 0

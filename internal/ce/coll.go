@@ -170,6 +170,9 @@ func (e *Engine) allGather(a *Args, chunk uintptr, capturing bool) error {
 			return err
 		}
 	}
+	if e.useHub(a, rt.p, chunk) {
+		return e.hubRound(a, chunk, capturing)
+	}
 	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
@@ -220,6 +223,9 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 			return err
 		}
 	}
+	if e.useHub(a, rt.p, chunk) {
+		return e.hubRound(a, chunk, capturing)
+	}
 	scratch := inPlace && (rt.p == pathGroup || rt.p == pathWindow) && !seed.b13
 	e.logPath(a.Func, rt.p, chunk, piece)
 	for o := uintptr(0); o < chunk; o += piece {
@@ -252,6 +258,56 @@ func (e *Engine) alltoAll(a *Args, chunk uintptr, capturing bool) error {
 		}
 	}
 	return nil
+}
+
+// hubRoot is the rank that makes a hub round's copies.
+const hubRoot = 0
+
+// useHub reports whether a grouped AllGather or AlltoAll runs as a hub
+// round (hubRound): where hub rounds are on (every rank on one device, a
+// rooted sync), for at most Config.HubBytes of chunk*n, and for AlltoAll
+// with no rank in place (whose blocks would be read and overwritten by
+// copies of the one batch). Every rank decides alike: a group gives every
+// rank the same complete buffer lists.
+func (e *Engine) useHub(a *Args, p path, chunk uintptr) bool {
+	if !e.hub || p != pathGroup || a.PeerSend == nil || uint64(chunk)*uint64(e.n) > uint64(e.cfg.HubBytes) {
+		return false
+	}
+	if a.Func == FuncAlltoAll {
+		for r := range e.n {
+			if a.PeerSend[r] == a.PeerRecv[r] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hubRound runs a small AllGather or AlltoAll as a rooted round
+// (rootedRound) at hubRoot, which makes all n*n copies, from every rank's
+// send buffer into every rank's recv buffer, while the peers only announce
+// their arrival and wait for the release. On one device every copy runs on
+// the same copy engines wherever it is issued, and a small copy costs
+// about 1 us chained: on one H200 the two hops of the half syncs cost less
+// than the four of two full star syncs that the pushes need. A copy of a
+// block onto itself (an in-place AllGather) is left out.
+func (e *Engine) hubRound(a *Args, chunk uintptr, capturing bool) error {
+	e.logHub(a.Func, chunk)
+	e.resetCopies()
+	if e.rank == hubRoot {
+		for r := range e.n {
+			for q := range e.n {
+				src, dst := a.PeerSend[r], a.PeerRecv[q]+hip.DevicePtr(uintptr(r)*chunk)
+				if a.Func == FuncAlltoAll {
+					src += hip.DevicePtr(uintptr(q) * chunk)
+				} else if src == dst {
+					continue
+				}
+				e.add(dst, src, chunk)
+			}
+		}
+	}
+	return e.rootedRound(a.Stream, capturing, hubRoot, e.n)
 }
 
 // scatter: only the root copies; rank d receives send + d*chunk into its

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"cecoll/internal/hip"
 )
 
@@ -520,6 +522,7 @@ func TestCaptureReplay(t *testing.T) {
 				{fn: FuncScatter, count: 70, dtype: 0, root: 2, mode: bufWindow, inPlace: true},
 				{fn: FuncGather, count: 600, dtype: 0, root: 3, mode: bufPlain, nullBuf: true},
 				{fn: FuncAllGather, count: 10, dtype: 7, mode: bufGroup, inPlace: true},
+				{fn: FuncAlltoAll, count: 5, dtype: 2, mode: bufGroup}, // a hub round on one device
 			}
 			o := worldOpts{chaos: 3, caps: tc.caps}
 			if strings.HasSuffix(tc.name, "onedevice") {
@@ -592,6 +595,76 @@ func TestCaptureReplay(t *testing.T) {
 				_ = r.rt.GraphDestroy(g)
 				return nil
 			})
+		})
+	}
+}
+
+// TestHubRound pins a hub round (Engine.hubRound): on one device a small
+// grouped AllGather or AlltoAll is one rooted round at rank 0, which makes
+// every copy in one batch (n*n, less an in-place AllGather's own blocks)
+// while a peer only arrives and waits for the release. It also pins when
+// the engine does not take one: ranks on two devices, chunk*n above
+// HubBytes or hub rounds off, an in-place AlltoAll, a call outside a group.
+// The data of hub rounds under chaos, eager and replayed, is checked by
+// TestBackToBack and TestCaptureReplay (their one-device cases).
+func TestHubRound(t *testing.T) {
+	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	star4 := func(p int) string { // rank p of 4 under star, one device
+		return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\nwrite r0+%d=0x0", p-1, 16+4*p, 16+4*p)
+	}
+	for _, tc := range []struct {
+		name    string
+		c       collCase
+		n, devs int
+		sync    string
+		fw      string
+		hubMax  int64
+		root    []string // rank 0's ops; nil: no hub round
+		peer    func(p int) string
+	}{
+		{"allgather/star", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0,
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 16", "copy12 r0+20"}, star4},
+		{"allgather/inplace", collCase{fn: FuncAllGather, count: 5, mode: bufGroup, inPlace: true}, 4, 1, SyncStar, FlagWriteCopy, 0,
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 12", "copy12 r0+20"}, star4},
+		{"alltoall/allpairs-layout", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup}, 3, 1, SyncAuto, FlagWriteValue, 0,
+			[]string{"wait r0+4=0x1", "wait r0+8=0x1", "write r0+4=0x0", "write r0+8=0x0", "batch of 9", "write r1+16=0x1", "write r2+16=0x1"},
+			func(p int) string {
+				return fmt.Sprintf("write r0+%d=0x1\nwait r%d+16=0x1\nwrite r%d+16=0x0", 4*p, p, p)
+			}},
+		{"at-limit", collCase{fn: FuncAllGather, count: 16, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 64,
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 16", "copy12 r0+20"}, star4},
+		{"above-limit", collCase{fn: FuncAllGather, count: 17, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 64, nil, nil},
+		{"off", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, -1, nil, nil},
+		{"two-devices", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 2, SyncStar, FlagWriteCopy, 0, nil, nil},
+		{"allpairs", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncAllPairs, FlagWriteCopy, 0, nil, nil},
+		{"alltoall/inplace", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup, inPlace: true}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
+		{"window", collCase{fn: FuncAlltoAll, count: 5, mode: bufWindow}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite, cfg.HubBytes = tc.sync, tc.fw, tc.hubMax
+			caps := nomc
+			ps := make([]prepared, tc.n)
+			logs := opLogs(t, tc.n, worldOpts{devices: tc.devs, caps: &caps}, cfg, func(r *rankEnv) error {
+				ps[r.rank] = r.prepare(tc.c)
+				return nil
+			}, func(r *rankEnv) error {
+				if err := r.e.Launch(&ps[r.rank].args); err != nil {
+					return err
+				}
+				r.syncStream()
+				return r.verify(tc.c, ps[r.rank])
+			})
+			if tc.root == nil {
+				for p := 1; p < tc.n; p++ {
+					require.Contains(t, strings.Join(logs[p], "\n"), "batch of", "rank %d pushes its blocks itself", p)
+				}
+				return
+			}
+			require.Equal(t, strings.Join(tc.root, "\n"), strings.Join(logs[0], "\n"), "rank 0")
+			for p := 1; p < tc.n; p++ {
+				require.Equal(t, tc.peer(p), strings.Join(logs[p], "\n"), "rank %d", p)
+			}
 		})
 	}
 }

@@ -244,6 +244,13 @@ func funcName(f Func) string {
 // String names f as NCCL does.
 func (f Func) String() string { return funcName(f) }
 
+// logHub reports a hub round (INFO).
+func (e *Engine) logHub(f Func, chunk uintptr) {
+	if log.Enabled(log.LevelInfo) {
+		log.Infof("ce %s: rank %d/%d chunk %d B path group, hub round at rank %d", funcName(f), e.rank, e.n, chunk, hubRoot)
+	}
+}
+
 // logPath reports the path a call took (INFO; nothing is built otherwise).
 func (e *Engine) logPath(f Func, p path, chunk, piece uintptr) {
 	if !log.Enabled(log.LevelInfo) {

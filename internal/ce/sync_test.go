@@ -70,10 +70,17 @@ func (r recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) erro
 	return r.testRT.MemcpyAsync(dst, src, n, s)
 }
 
+func (r recRT) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr, attrs []hip.CopyAttributes, attrIdxs []uintptr, s hip.Stream) error {
+	r.mu.Lock()
+	*r.log = append(*r.log, fmt.Sprintf("batch of %d", len(dsts)))
+	r.mu.Unlock()
+	return r.testRT.MemcpyBatchAsync(dsts, srcs, sizes, attrs, attrIdxs, s)
+}
+
 // opLogs runs setup (if any) and then, after a barrier, body on every rank
 // of a world with the given options, and returns the ops each rank issued
 // in body, by the owner and offset of the sync word they touch ("?" for
-// other memory; batched copies are not logged).
+// other memory; a batch of copies by its length).
 func opLogs(t *testing.T, n int, o worldOpts, cfg Config, setup, body func(r *rankEnv) error) [][]string {
 	w := newWorld(t, n, o)
 	logs := make([][]string, n)
@@ -226,17 +233,17 @@ func TestOwnBlockFirst(t *testing.T) {
 		want    []string
 	}{
 		{"scatter/root", FuncScatter, 4, 1, SyncStar, FlagWriteCopy, 2,
-			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
+			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "batch of 3", "copy12 r2+20"}},
 		{"gather/root", FuncGather, 4, 1, SyncStar, FlagWriteCopy, 2,
-			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
+			[]string{"copy5 ?", "wait r2+0=0x10101", "write r2+0=0x0", "batch of 3", "copy12 r2+20"}},
 		{"allgather/star/peer", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 1,
-			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "write r0+4=0x0", "copy1 r0+16", "wait r0+20=0x1", "write r0+20=0x0"}},
+			[]string{"copy1 r0+0", "copy5 ?", "wait r0+4=0x1", "write r0+4=0x0", "batch of 3", "copy1 r0+16", "wait r0+20=0x1", "write r0+20=0x0"}},
 		{"allgather/star/rank0", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 0,
-			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
+			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "batch of 3", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
 		{"allgather/allpairs", FuncAllGather, 2, 1, SyncAllPairs, FlagWriteValue, 1,
-			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
+			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "batch of 1", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
 		{"small", FuncScatter, 4, 1, SyncStar, FlagWriteCopy, 2,
-			[]string{"wait r2+0=0x10101", "write r2+0=0x0", "copy12 r2+20"}},
+			[]string{"wait r2+0=0x10101", "write r2+0=0x0", "batch of 4", "copy12 r2+20"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := sideCopyMin
