@@ -29,9 +29,18 @@ const (
 	// syncs than its peers), so an AlltoAll whose n*chunk exceeds
 	// StagingBytes costs two syncs per extra round.
 	DefaultStagingBytes = 32 << 20
-	// DefaultHubBytes is the largest AllGather or AlltoAll (chunk*n bytes
-	// per rank) that runs as a hub round (Engine.hubRound) where it can.
-	DefaultHubBytes = 64 << 10
+	// DefaultHubBytes is the largest AllGather (chunk*n bytes per rank)
+	// that runs as a hub round (Engine.hubRound) where it can. On one H200
+	// (graph replays, N=2/4/8) a hub round was faster up to 4 MiB (at
+	// N=8: 56 against 73 us) and 5% slower at 16 MiB; eager calls,
+	// host-bound, were faster at every size.
+	DefaultHubBytes = 4 << 20
+	// hubAlltoAllBytes bounds a hub AlltoAll (chunk*n) below HubBytes:
+	// its 2D copies, column by column, lose to the pushes sooner. On one
+	// H200 (graph replays) a hub round was faster up to 256 KiB at 2 ranks
+	// (equal there), 512 KiB at 4 and 1 MiB at 8, and 7-35% slower from 1,
+	// 2 and 4 MiB.
+	hubAlltoAllBytes = 256 << 10
 )
 
 // Flag-write methods (Config.FlagWrite).
@@ -69,7 +78,7 @@ type Config struct {
 	StagingBytes            uintptr // CECOLL_STAGING_BYTES, staging window per rank (default 32 MiB)
 	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
 	Sync                    string  // CECOLL_SYNC: "auto" (default), "allpairs" or "star"
-	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub round, chunk*n bytes (default 64 KiB; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
+	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub AllGather, chunk*n bytes (default 4 MiB; AlltoAll at most 64 KiB; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
 }
 
 // ConfigFromEnv returns the defaults overridden by the environment. A
@@ -280,14 +289,14 @@ type Engine struct {
 	own ownCopy
 
 	// Preallocated parameter arrays (B16).
-	ops      []hip.MemOp
-	dsts     []hip.DevicePtr
-	srcs     []hip.DevicePtr
-	sizes    []uintptr
-	bounds   []int // bounds[j]: copies queued before slot j
-	attrs    [1]hip.CopyAttributes
-	attrIdxs [1]uintptr
-	members  []hip.DevicePtr
+	ops        []hip.MemOp
+	dsts       []hip.DevicePtr
+	srcs       []hip.DevicePtr
+	sizes      []uintptr
+	bounds     []int // bounds[j]: copies queued before slot j
+	attrs      [1]hip.CopyAttributes
+	attrIdxs   [1]uintptr
+	members    []hip.DevicePtr
 }
 
 // Init sets up the rank's CE state. Collective: every rank of c calls it
@@ -457,15 +466,11 @@ func (e *Engine) setup() error {
 
 	// Parameter arrays, sized for the largest call (B16): a UC sync under
 	// capture needs 2(n-1) flag entries and n resets; a collective at most
-	// n copies per batch, n*n in a hub round.
+	// n copies per batch (a hub round too: it issues two).
 	e.ops = make([]hip.MemOp, 0, 3*n+2)
-	copies := n
-	if e.hub {
-		copies = n * n
-	}
-	e.dsts = make([]hip.DevicePtr, 0, copies)
-	e.srcs = make([]hip.DevicePtr, 0, copies)
-	e.sizes = make([]uintptr, 0, copies)
+	e.dsts = make([]hip.DevicePtr, 0, n)
+	e.srcs = make([]hip.DevicePtr, 0, n)
+	e.sizes = make([]uintptr, 0, n)
 	e.bounds = make([]int, n+1)
 	e.attrs[0] = hip.CopyAttributes{SrcAccessOrder: hip.SrcAccessOrderStream, Flags: hip.CopyFlagPreferOverlapWithCompute}
 	e.attrIdxs[0] = 0

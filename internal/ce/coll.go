@@ -266,48 +266,81 @@ const hubRoot = 0
 // useHub reports whether a grouped AllGather or AlltoAll runs as a hub
 // round (hubRound): where hub rounds are on (every rank on one device, a
 // rooted sync), for at most Config.HubBytes of chunk*n, and for AlltoAll
-// with no rank in place (whose blocks would be read and overwritten by
-// copies of the one batch). Every rank decides alike: a group gives every
-// rank the same complete buffer lists.
+// at most hubAlltoAllBytes with the n*n blocks fitting in the staging
+// window. Every rank decides alike: a group gives every rank the same
+// buffer lists, and n, chunk and the configuration are common.
 func (e *Engine) useHub(a *Args, p path, chunk uintptr) bool {
-	if !e.hub || p != pathGroup || a.PeerSend == nil || uint64(chunk)*uint64(e.n) > uint64(e.cfg.HubBytes) {
+	bytes := uint64(chunk) * uint64(e.n)
+	if !e.hub || p != pathGroup || a.PeerSend == nil || bytes > uint64(e.cfg.HubBytes) {
 		return false
 	}
-	if a.Func == FuncAlltoAll {
-		for r := range e.n {
-			if a.PeerSend[r] == a.PeerRecv[r] {
-				return false
-			}
-		}
-	}
-	return true
+	return a.Func != FuncAlltoAll || (bytes <= hubAlltoAllBytes && bytes*uint64(e.n) <= uint64(e.stageSize))
 }
 
-// hubRound runs a small AllGather or AlltoAll as a rooted round
-// (rootedRound) at hubRoot, which makes all n*n copies, from every rank's
-// send buffer into every rank's recv buffer, while the peers only announce
-// their arrival and wait for the release. On one device every copy runs on
-// the same copy engines wherever it is issued, and a small copy costs
-// about 1 us chained: on one H200 the two hops of the half syncs cost less
-// than the four of two full star syncs that the pushes need. A copy of a
-// block onto itself (an in-place AllGather) is left out.
+// hubRound runs a small AllGather or AlltoAll as a rooted round at
+// hubRoot (arriveAt, the copies, releaseFrom), which makes every copy
+// while the peers only announce their arrival and wait for the release:
+// two hops of flags instead of the four of two full star syncs. On one
+// device every copy runs on the same copy engines wherever it is issued,
+// but the root's run one after another, about 0.7 us each when small, so
+// it makes 2n or fewer (hubCopies), not one per block (n*n).
 func (e *Engine) hubRound(a *Args, chunk uintptr, capturing bool) error {
 	e.logHub(a.Func, chunk)
 	e.resetCopies()
+	if err := e.arriveAt(a.Stream, capturing, hubRoot); err != nil {
+		return err
+	}
 	if e.rank == hubRoot {
-		for r := range e.n {
-			for q := range e.n {
-				src, dst := a.PeerSend[r], a.PeerRecv[q]+hip.DevicePtr(uintptr(r)*chunk)
-				if a.Func == FuncAlltoAll {
-					src += hip.DevicePtr(uintptr(q) * chunk)
-				} else if src == dst {
-					continue
-				}
-				e.add(dst, src, chunk)
-			}
+		if err := e.hubCopies(a, chunk, capturing); err != nil {
+			return err
 		}
 	}
-	return e.rootedRound(a.Stream, capturing, hubRoot, e.n)
+	return e.releaseFrom(a.Stream, capturing, hubRoot)
+}
+
+// hubCopies makes a hub round's copies, in two stages on the root's
+// stream (the copies of one batch have no order, the batches do):
+//
+//   - AllGather: gather every rank's block into my recv buffer (n copies,
+//     none for an in-place block of mine), then copy that whole buffer
+//     into every peer's recv (n-1 copies).
+//   - AlltoAll: copy every rank's send buffer into row r of my staging
+//     window (n copies), then to each rank q its column q, block q of
+//     every row, as one 2D copy (n copies). In place is safe: every send
+//     buffer is read before any recv is written.
+//
+// The staging window is free here: peers write it only between the
+// syncs of a staged collective, and my arrival wait orders this round
+// after the previous collective on every rank.
+func (e *Engine) hubCopies(a *Args, chunk uintptr, capturing bool) error {
+	n, s := e.n, a.Stream
+	row := uintptr(n) * chunk
+	for r := range n {
+		switch {
+		case a.Func == FuncAlltoAll:
+			e.add(e.stageBase+hip.DevicePtr(uintptr(r)*row), a.PeerSend[r], row)
+		case a.PeerSend[r] != a.Recv+hip.DevicePtr(uintptr(r)*chunk):
+			e.add(a.Recv+hip.DevicePtr(uintptr(r)*chunk), a.PeerSend[r], chunk)
+		}
+	}
+	if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
+		return err
+	}
+	if a.Func == FuncAlltoAll {
+		for q := range n {
+			if err := e.rt.Memcpy2DAsync(a.PeerRecv[q], chunk, e.stageBase+hip.DevicePtr(uintptr(q)*chunk), row, chunk, uintptr(n), s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	e.resetCopies()
+	for q := range n {
+		if q != hubRoot {
+			e.add(a.PeerRecv[q], a.Recv, row)
+		}
+	}
+	return e.copies(s, capturing, 0, len(e.dsts))
 }
 
 // scatter: only the root copies; rank d receives send + d*chunk into its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -601,14 +602,20 @@ func TestCaptureReplay(t *testing.T) {
 
 // TestHubRound pins a hub round (Engine.hubRound): on one device a small
 // grouped AllGather or AlltoAll is one rooted round at rank 0, which makes
-// every copy in one batch (n*n, less an in-place AllGather's own blocks)
-// while a peer only arrives and waits for the release. It also pins when
-// the engine does not take one: ranks on two devices, chunk*n above
-// HubBytes or hub rounds off, an in-place AlltoAll, a call outside a group.
+// every copy (AllGather: a batch that gathers into its recv, less an
+// in-place block of its own, then a batch that copies it to every peer;
+// AlltoAll: a batch of every send buffer into its staging, then a 2D copy
+// per rank) while a peer only arrives and waits for the release. It also
+// pins when the engine does not take one: ranks on two devices, chunk*n
+// above HubBytes or hub rounds off, an AlltoAll above hubAlltoAllBytes or
+// whose n*n blocks do not fit in staging, a call outside a group. (With both
+// AllGather stages in one batch, TestBackToBack failed under chaos.)
 // The data of hub rounds under chaos, eager and replayed, is checked by
 // TestBackToBack and TestCaptureReplay (their one-device cases).
 func TestHubRound(t *testing.T) {
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+	alltoall4 := append(append([]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 4"},
+		slices.Repeat([]string{"copy2d 5x4"}, 4)...), "copy12 r0+20")
 	star4 := func(p int) string { // rank p of 4 under star, one device
 		return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\nwrite r0+%d=0x0", p-1, 16+4*p, 16+4*p)
 	}
@@ -623,26 +630,48 @@ func TestHubRound(t *testing.T) {
 		peer    func(p int) string
 	}{
 		{"allgather/star", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0,
-			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 16", "copy12 r0+20"}, star4},
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 4", "batch of 3", "copy12 r0+20"}, star4},
 		{"allgather/inplace", collCase{fn: FuncAllGather, count: 5, mode: bufGroup, inPlace: true}, 4, 1, SyncStar, FlagWriteCopy, 0,
-			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 12", "copy12 r0+20"}, star4},
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 3", "batch of 3", "copy12 r0+20"}, star4},
 		{"alltoall/allpairs-layout", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup}, 3, 1, SyncAuto, FlagWriteValue, 0,
-			[]string{"wait r0+4=0x1", "wait r0+8=0x1", "write r0+4=0x0", "write r0+8=0x0", "batch of 9", "write r1+16=0x1", "write r2+16=0x1"},
+			[]string{"wait r0+4=0x1", "wait r0+8=0x1", "write r0+4=0x0", "write r0+8=0x0", "batch of 3", "copy2d 5x3", "copy2d 5x3", "copy2d 5x3", "write r1+16=0x1", "write r2+16=0x1"},
 			func(p int) string {
 				return fmt.Sprintf("write r0+%d=0x1\nwait r%d+16=0x1\nwrite r%d+16=0x0", 4*p, p, p)
 			}},
+		{"alltoall/star", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0, alltoall4, star4},
+		{"alltoall/inplace", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup, inPlace: true}, 4, 1, SyncStar, FlagWriteCopy, 0, alltoall4, star4},
 		{"at-limit", collCase{fn: FuncAllGather, count: 16, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 64,
-			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 16", "copy12 r0+20"}, star4},
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 4", "batch of 3", "copy12 r0+20"}, star4},
+		{"allgather/8-ranks", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 8, 1, SyncStar, FlagWriteCopy, 0,
+			[]string{"wait r0+0=0x1010101", "wait r0+4=0x10101", "write r0+0=0x0", "write r0+4=0x0", "batch of 8", "batch of 7", "copy28 r0+56"},
+			func(p int) string {
+				return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\nwrite r0+%d=0x0", p-1, 52+4*p, 52+4*p)
+			}},
+		{"alltoall/8-ranks", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup}, 8, 1, SyncStar, FlagWriteCopy, 0,
+			append(append([]string{"wait r0+0=0x1010101", "wait r0+4=0x10101", "write r0+0=0x0", "write r0+4=0x0", "batch of 8"},
+				slices.Repeat([]string{"copy2d 5x8"}, 8)...), "copy28 r0+56"),
+			func(p int) string {
+				return fmt.Sprintf("copy1 r0+%d\nwait r0+%d=0x1\nwrite r0+%d=0x0", p-1, 52+4*p, 52+4*p)
+			}},
+		{"alltoall/staging-too-small", collCase{fn: FuncAlltoAll, count: 300, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
+		{"alltoall/at-its-limit", collCase{fn: FuncAlltoAll, count: hubAlltoAllBytes / 4, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0,
+			append(append([]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 4"},
+				slices.Repeat([]string{fmt.Sprintf("copy2d %dx4", hubAlltoAllBytes/4)}, 4)...), "copy12 r0+20"), star4},
+		{"alltoall/above-its-limit", collCase{fn: FuncAlltoAll, count: hubAlltoAllBytes/4 + 1, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
+		{"allgather/default-limit", collCase{fn: FuncAllGather, count: DefaultHubBytes / 4, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 0,
+			[]string{"wait r0+0=0x10101", "write r0+0=0x0", "batch of 4", "batch of 3", "copy12 r0+20"}, star4},
 		{"above-limit", collCase{fn: FuncAllGather, count: 17, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, 64, nil, nil},
 		{"off", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncStar, FlagWriteCopy, -1, nil, nil},
 		{"two-devices", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 2, SyncStar, FlagWriteCopy, 0, nil, nil},
 		{"allpairs", collCase{fn: FuncAllGather, count: 5, mode: bufGroup}, 4, 1, SyncAllPairs, FlagWriteCopy, 0, nil, nil},
-		{"alltoall/inplace", collCase{fn: FuncAlltoAll, count: 5, mode: bufGroup, inPlace: true}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
 		{"window", collCase{fn: FuncAlltoAll, count: 5, mode: bufWindow}, 4, 1, SyncStar, FlagWriteCopy, 0, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testCfg()
 			cfg.Sync, cfg.FlagWrite, cfg.HubBytes = tc.sync, tc.fw, tc.hubMax
+			if strings.Contains(tc.name, "its-limit") {
+				cfg.StagingBytes = 4 * hubAlltoAllBytes // the blocks fit: only the limit decides
+			}
 			caps := nomc
 			ps := make([]prepared, tc.n)
 			logs := opLogs(t, tc.n, worldOpts{devices: tc.devs, caps: &caps}, cfg, func(r *rankEnv) error {

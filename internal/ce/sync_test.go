@@ -77,6 +77,13 @@ func (r recRT) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr, att
 	return r.testRT.MemcpyBatchAsync(dsts, srcs, sizes, attrs, attrIdxs, s)
 }
 
+func (r recRT) Memcpy2DAsync(dst hip.DevicePtr, dpitch uintptr, src hip.DevicePtr, spitch, width, height uintptr, s hip.Stream) error {
+	r.mu.Lock()
+	*r.log = append(*r.log, fmt.Sprintf("copy2d %dx%d", width, height))
+	r.mu.Unlock()
+	return r.testRT.Memcpy2DAsync(dst, dpitch, src, spitch, width, height, s)
+}
+
 // opLogs runs setup (if any) and then, after a barrier, body on every rank
 // of a world with the given options, and returns the ops each rank issued
 // in body, by the owner and offset of the sync word they touch ("?" for
@@ -88,7 +95,7 @@ func opLogs(t *testing.T, n int, o worldOpts, cfg Config, setup, body func(r *ra
 	bases := make([]hip.DevicePtr, n)
 	at := func(p hip.DevicePtr) string {
 		for r, b := range bases {
-			if b != 0 && p >= b && p < b+64 {
+			if b != 0 && p >= b && p < b+128 { // both arrays, up to 8 ranks
 				return fmt.Sprintf("r%d+%d", r, p-b)
 			}
 		}

@@ -209,6 +209,12 @@ type Runtime interface {
 	// must be 0); attrs may be empty. Refused on the legacy NULL stream
 	// (ErrInvalidValue) and under capture (ErrStreamCaptureUnsupported).
 	MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uintptr, attrs []CopyAttributes, attrIdxs []uintptr, s Stream) error
+	// Memcpy2DAsync enqueues one copy of height rows of width bytes: row i
+	// from src+i*spitch to dst+i*dpitch, device memory on both sides. The
+	// rows have no order among themselves; the copy as a whole is in
+	// stream order, and may be captured. width must not exceed either
+	// pitch, the two areas must not overlap; width or height 0 is a no-op.
+	Memcpy2DAsync(dst DevicePtr, dpitch uintptr, src DevicePtr, spitch, width, height uintptr, s Stream) error
 	// StreamBatchMemOp enqueues ops, run in order, as one submission of at
 	// most MaxMemOpsPerBatch entries (use BatchMemOps for longer lists).
 	StreamBatchMemOp(s Stream, ops []MemOp) error

@@ -111,6 +111,12 @@ func TestCapsAndCopyKindByVersion(t *testing.T) {
 			got := make([]byte, 16)
 			require.NoError(t, hip.CopyFromDevice(rt, got, dst))
 			require.Equal(t, "0123456789abcdef", string(got))
+			// Column 1 of a 4x4 byte matrix into 4 contiguous bytes.
+			require.NoError(t, rt.Memcpy2DAsync(dst+32, 1, src+1, 4, 1, 4, s))
+			require.Equal(t, fmt.Sprintf("dst=%#x dpitch=1 src=%#x spitch=4 width=1 height=4 kind=%d stream=%#x", dst+32, src+1, tc.kind, s),
+				f.last("hipMemcpy2DAsync"))
+			require.NoError(t, hip.CopyFromDevice(rt, got[:4], dst+32))
+			require.Equal(t, "159d", string(got[:4]))
 		})
 	}
 }

@@ -66,6 +66,13 @@ func call5(fn, a1, a2, a3, a4, a5 uintptr) error {
 }
 
 //go:uintptrescapes
+func call8(fn, a1, a2, a3, a4, a5, a6, a7, a8 uintptr) error {
+	b := argPool.Get().(*argBuf)
+	b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7] = a1, a2, a3, a4, a5, a6, a7, a8
+	return invoke(fn, b, 8)
+}
+
+//go:uintptrescapes
 func call9(fn, a1, a2, a3, a4, a5, a6, a7, a8, a9 uintptr) error {
 	b := argPool.Get().(*argBuf)
 	b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8] = a1, a2, a3, a4, a5, a6, a7, a8, a9

@@ -31,6 +31,7 @@ type symbols struct {
 	hipMemset                       uintptr
 	hipMemcpy                       uintptr
 	hipMemcpyAsync                  uintptr
+	hipMemcpy2DAsync                uintptr
 	hipMemcpyBatchAsync             uintptr
 	hipMemGetAllocationGranularity  uintptr
 	hipMemCreate                    uintptr
@@ -115,6 +116,9 @@ func (s *symbols) symbolTable() []symbolEntry {
 		// hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes,
 		//                           hipMemcpyKind kind, hipStream_t stream);
 		{"hipMemcpyAsync", &s.hipMemcpyAsync, required},
+		// hipError_t hipMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+		//                             size_t width, size_t height, hipMemcpyKind kind, hipStream_t stream);
+		{"hipMemcpy2DAsync", &s.hipMemcpy2DAsync, required},
 		// ROCm >= 7.1, CUDA 12.8 signature (with failIdx):
 		// hipError_t hipMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count,
 		//                                hipMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,

@@ -275,6 +275,15 @@ func (r *Runtime) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) e
 	return call5(r.sym.hipMemcpyAsync, uintptr(dst), uintptr(src), n, r.d2dKind, uintptr(s))
 }
 
+// Memcpy2DAsync implements hip.Runtime (hipMemcpy2DAsync, with the copy
+// kind of MemcpyAsync).
+func (r *Runtime) Memcpy2DAsync(dst hip.DevicePtr, dpitch uintptr, src hip.DevicePtr, spitch, width, height uintptr, s hip.Stream) error {
+	if width == 0 || height == 0 {
+		return nil
+	}
+	return call8(r.sym.hipMemcpy2DAsync, uintptr(dst), dpitch, uintptr(src), spitch, width, height, r.d2dKind, uintptr(s))
+}
+
 // scratch holds the out-parameters of hot-path calls, pooled so that the
 // launch path does not allocate (a pointer passed to SyscallN escapes).
 type scratch struct {

@@ -65,6 +65,7 @@ var cases = []struct {
 	{"ping-pong", testPingPong},
 	{"cross-process", testCrossProcess},
 	{"batch-copy", testBatchCopy},
+	{"copy-2d", testCopy2D},
 	{"capture", testCapture},
 	{"null-stream", testNullStream},
 	{"bad-args", testBadArgs},

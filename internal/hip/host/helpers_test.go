@@ -29,6 +29,10 @@ func watchdog(t *testing.T, d time.Duration) {
 
 func newRT(t *testing.T, cfg Config) *Runtime {
 	t.Helper()
+	// Captures check the calling thread, as CUDA's do: a goroutine that
+	// moved between its begin and end capture failed with "wrong thread"
+	// (seen under -race). Never unlocked: the thread ends with the test.
+	runtime.LockOSThread()
 	watchdog(t, 20*time.Second)
 	if os.Getenv("CECOLL_HOST_INLINE") == "0" {
 		cfg.NoInline = true // TestWorkerOnlyPath's rerun

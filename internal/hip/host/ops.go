@@ -97,6 +97,47 @@ func (rt *Runtime) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr,
 	return nil
 }
 
+// Memcpy2DAsync implements hip.Runtime with the driver's validation: the
+// rows run as the copies of one batch (in any order, in pieces), the
+// whole in stream order; under capture they are recorded one after
+// another.
+func (rt *Runtime) Memcpy2DAsync(dst hip.DevicePtr, dpitch uintptr, src hip.DevicePtr, spitch, width, height uintptr, sh hip.Stream) error {
+	s, err := rt.lookupStream(sh)
+	if err != nil {
+		return err
+	}
+	if width == 0 || height == 0 {
+		return nil
+	}
+	if dst == 0 || src == 0 || width > dpitch || width > spitch || rt.mc.lookup(uintptr(src)) != nil {
+		return hip.ErrInvalidValue
+	}
+	if err := s.lock(int(height) + 1); err != nil {
+		return err
+	}
+	row := func(i uintptr) op {
+		return op{kind: opCopy, dst: uintptr(dst) + i*dpitch, src: uintptr(src) + i*spitch, n: width}
+	}
+	if c := s.cap; c != nil {
+		for i := range height {
+			o := row(i)
+			if err := c.add(s.branch, &o); err != nil {
+				s.mu.Unlock()
+				return err
+			}
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	s.push(&op{kind: opBatch, count: int(height), big: width*height >= inlineMaxCopy})
+	for i := range height {
+		o := row(i)
+		s.push(&o)
+	}
+	s.kick()
+	return nil
+}
+
 // Memop types the driver knows besides the 32-bit ones.
 const (
 	memOpFlushRemoteWrites hip.MemOpType = 3

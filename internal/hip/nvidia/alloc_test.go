@@ -37,6 +37,7 @@ func TestLaunchPathAllocsNoGPU(t *testing.T) {
 		{"MemcpyBatchAsync/v2", func() error { return r.MemcpyBatchAsync(dsts, srcs, sizes, attrs, idx, 5) }},
 		{"MemcpyBatchAsync/noattrs", func() error { return r.MemcpyBatchAsync(dsts, srcs, sizes, nil, nil, 5) }},
 		{"MemcpyAsync", func() error { return r.MemcpyAsync(1, 2, 3, 5) }},
+		{"Memcpy2DAsync", func() error { return r.Memcpy2DAsync(1, 8, 2, 32, 8, 4, 5) }},
 		{"EventRecord", func() error { return r.EventRecord(4, 5) }},
 		{"StreamWaitEvent", func() error { return r.StreamWaitEvent(5, 4) }},
 		{"StreamGetCaptureStatus", func() error { _, err := r.StreamGetCaptureStatus(5); return err }},
@@ -95,4 +96,26 @@ func BenchmarkMechanismNoGPU(b *testing.B) {
 			_ = ccall(yield, &a)
 		}
 	})
+}
+
+// TestMemcpy2DLayout pins memcpy2D to CUDA_MEMCPY2D's layout (cuda.h,
+// x86-64 and arm64): 128 bytes, the two memory types 4-byte enums at 16
+// and 72, each followed by 4 bytes of padding.
+func TestMemcpy2DLayout(t *testing.T) {
+	var m memcpy2D
+	require.Equal(t, uintptr(128), unsafe.Sizeof(m))
+	for name, off := range map[string][2]uintptr{
+		"srcMemoryType": {unsafe.Offsetof(m.srcMemoryType), 16},
+		"srcHost":       {unsafe.Offsetof(m.srcHost), 24},
+		"srcDevice":     {unsafe.Offsetof(m.srcDevice), 32},
+		"srcPitch":      {unsafe.Offsetof(m.srcPitch), 48},
+		"dstXInBytes":   {unsafe.Offsetof(m.dstXInBytes), 56},
+		"dstMemoryType": {unsafe.Offsetof(m.dstMemoryType), 72},
+		"dstDevice":     {unsafe.Offsetof(m.dstDevice), 88},
+		"dstPitch":      {unsafe.Offsetof(m.dstPitch), 104},
+		"WidthInBytes":  {unsafe.Offsetof(m.widthInBytes), 112},
+		"Height":        {unsafe.Offsetof(m.height), 120},
+	} {
+		require.Equal(t, off[1], off[0], name)
+	}
 }

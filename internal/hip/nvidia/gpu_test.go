@@ -293,6 +293,7 @@ func TestGPULaunchPathAllocs(t *testing.T) {
 	cases := map[string]func(){
 		"StreamBatchMemOp": func() { _ = r.StreamBatchMemOp(s, ops) },
 		"MemcpyAsync":      func() { _ = r.MemcpyAsync(dsts[0], srcs[0], 4096, s) },
+		"Memcpy2DAsync":    func() { _ = r.Memcpy2DAsync(dsts[0], 64, srcs[0], 256, 64, 4, s) },
 		"EventRecord":      func() { _ = r.EventRecord(e, s) },
 		"StreamWaitEvent":  func() { _ = r.StreamWaitEvent(s, e) },
 		"StreamGetCaptureStatus": func() {

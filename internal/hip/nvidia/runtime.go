@@ -146,6 +146,7 @@ type frame struct {
 	args [9]uintptr
 	keep [5]unsafe.Pointer
 	out  uint64
+	m2d  memcpy2D // Memcpy2DAsync's parameters
 }
 
 var framePool = sync.Pool{New: func() any { return new(frame) }}
@@ -449,6 +450,49 @@ func (r *Runtime) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) e
 	f := getFrame()
 	f.args[0], f.args[1], f.args[2], f.args[3] = uintptr(dst), uintptr(src), n, uintptr(s)
 	return r.launch(r.fn.memcpyAsync, f, 4)
+}
+
+// memcpy2D is CUDA_MEMCPY2D (cuda.h, the layout of cuMemcpy2DAsync_v2:
+// 128 bytes on 64-bit hosts, the memory types 4-byte enums followed by
+// padding).
+type memcpy2D struct {
+	srcXInBytes, srcY uintptr
+	srcMemoryType     uint32
+	_                 uint32
+	srcHost           uintptr
+	srcDevice         uintptr
+	srcArray          uintptr
+	srcPitch          uintptr
+	dstXInBytes, dstY uintptr
+	dstMemoryType     uint32
+	_                 uint32
+	dstHost           uintptr
+	dstDevice         uintptr
+	dstArray          uintptr
+	dstPitch          uintptr
+	widthInBytes      uintptr
+	height            uintptr
+}
+
+// memoryTypeDevice is CU_MEMORYTYPE_DEVICE.
+const memoryTypeDevice = 2
+
+// Memcpy2DAsync implements hip.Runtime with cuMemcpy2DAsync_v2, device to
+// device. Launch path: the parameters live in the pooled frame, nothing
+// is allocated.
+func (r *Runtime) Memcpy2DAsync(dst hip.DevicePtr, dpitch uintptr, src hip.DevicePtr, spitch, width, height uintptr, s hip.Stream) error {
+	if width == 0 || height == 0 {
+		return nil
+	}
+	f := getFrame()
+	f.m2d = memcpy2D{
+		srcMemoryType: memoryTypeDevice, srcDevice: uintptr(src), srcPitch: spitch,
+		dstMemoryType: memoryTypeDevice, dstDevice: uintptr(dst), dstPitch: dpitch,
+		widthInBytes: width, height: height,
+	}
+	f.keep[0] = unsafe.Pointer(&f.m2d)
+	f.args[0], f.args[1] = uintptr(f.keep[0]), uintptr(s)
+	return r.launch(r.fn.memcpy2DAsync, f, 2)
 }
 
 // defaultAttrs is used when the caller passes no attributes: stream order,

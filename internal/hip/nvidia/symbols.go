@@ -21,7 +21,7 @@ type syms struct {
 	memAddressReserve, memAddressFree, memMap, memUnmap, memSetAccess  uintptr
 	memExportToShareableHandle, memImportFromShareableHandle           uintptr
 	memRetainAllocationHandle, memAlloc, memFree, memGetAddressRange   uintptr
-	memsetD8, memcpy, memcpyAsync                                      uintptr
+	memsetD8, memcpy, memcpyAsync, memcpy2DAsync                       uintptr
 	streamCreate, streamDestroy, streamSynchronize, streamQuery        uintptr
 	streamWaitEvent, eventCreate, eventDestroy, eventRecord            uintptr
 	eventSynchronize, eventQuery, eventElapsedTime, eventElapsedTimeV1 uintptr
@@ -79,6 +79,7 @@ func (s *syms) table() []symbol {
 		{name: "cuMemsetD8_v2", proto: "CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)", fn: &s.memsetD8},
 		{name: "cuMemcpy", proto: "CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)", fn: &s.memcpy},
 		{name: "cuMemcpyAsync", proto: "CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)", fn: &s.memcpyAsync},
+		{name: "cuMemcpy2DAsync_v2", proto: "CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)", fn: &s.memcpy2DAsync},
 
 		{name: "cuStreamCreate", proto: "CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)", fn: &s.streamCreate},
 		{name: "cuStreamDestroy_v2", proto: "CUresult cuStreamDestroy_v2(CUstream hStream)", fn: &s.streamDestroy},

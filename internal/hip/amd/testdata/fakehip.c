@@ -296,6 +296,16 @@ hipError_t hipMemcpyAsync(void *dst, const void *src, size_t n, int kind, hipStr
   return hipSuccess;
 }
 
+hipError_t hipMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                            size_t height, int kind, hipStream_t s) {
+  FAIL("hipMemcpy2DAsync");
+  record("hipMemcpy2DAsync", "dst=%p dpitch=%zu src=%p spitch=%zu width=%zu height=%zu kind=%d stream=%p", dst,
+         dpitch, src, spitch, width, height, kind, s);
+  if (width > dpitch || width > spitch) return hipErrorInvalidValue;
+  for (size_t i = 0; i < height; i++) memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+  return hipSuccess;
+}
+
 #ifndef FAKE_NO_BATCH_COPY
 // Like ROCm 7.1 to 7.11, refuses numAttrs > 0 below version 7.12.
 hipError_t hipMemcpyBatchAsync(void **dsts, void **srcs, size_t *sizes, size_t count, void *attrs,
