@@ -236,6 +236,7 @@ type Engine struct {
 	rootRel  bool          // star on one device: releases in the coordinator's array (Engine.sync)
 	rooted   bool          // Scatter and Gather sync at their root (Engine.rootedRound)
 	hub      bool          // small AllGather and AlltoAll may run as hub rounds (Engine.hubRound)
+	oneDev   bool          // rooted, every rank on this device in this process: grouped Scatter and Gather release first (Engine.releasedRound)
 
 	// Device words for copy-based flag writes (B4/B5): the constant 1,
 	// copied by every sync with copied flags, eager or captured (and the
@@ -393,7 +394,8 @@ func (e *Engine) setup() error {
 	// seed's sync and the seed's flag protocol.
 	e.rooted = e.cfg.Sync != SyncAllPairs && !seqFlags()
 	// Hub rounds where one device makes every copy anyway, measured there.
-	e.hub = e.rooted && e.c.OneDevice() && e.cfg.HubBytes > 0
+	e.oneDev = e.rooted && e.c.OneDevice()
+	e.hub = e.oneDev && e.cfg.HubBytes > 0
 
 	// Sync window (B17: zeroed before anyone uses it; the barrier below
 	// makes sure every rank's zeroing is done before any peer writes):

@@ -343,10 +343,12 @@ func (e *Engine) hubCopies(a *Args, chunk uintptr, capturing bool) error {
 	return e.copies(s, capturing, 0, len(e.dsts))
 }
 
-// scatter: only the root copies; rank d receives send + d*chunk into its
-// recv. In place on the root means recv == send + root*chunk; every peer's
-// destination is then its recv, at the offset of the root's recv in the
-// window (B12: the seed added d*chunk again).
+// scatter: rank d receives send + d*chunk into its recv. The root copies
+// every block, except in a group with every rank on one device, where each
+// rank pulls its own (releasedRound). In place on the root means recv ==
+// send + root*chunk; every peer's destination is then its recv, at the
+// offset of the root's recv in the window (B12: the seed added d*chunk
+// again).
 func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 	n, me, s := e.n, e.rank, a.Stream
 	root := me == a.Root
@@ -362,6 +364,15 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 		}
 	}
 	e.logPath(a.Func, rt.p, chunk, piece)
+	if rt.p == pathGroup && e.oneDev {
+		// Every rank pulls its block (releasedRound); the root's in-place
+		// block is already there.
+		e.resetCopies()
+		if src := a.PeerSend[a.Root] + hip.DevicePtr(uintptr(me)*chunk); src != a.Recv {
+			e.add(a.Recv, src, chunk)
+		}
+		return e.releasedRound(s, capturing, a.Root)
+	}
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		e.resetCopies()
@@ -398,13 +409,14 @@ func (e *Engine) scatter(a *Args, chunk uintptr, capturing bool) error {
 }
 
 // gather: decided by the send buffer, meaningful on every rank (a non-root
-// recv may be NULL). The root pulls each peer's block: from the peer's send
-// buffer in a group (with the seed's all-pairs sync every non-root pushes
-// into the root's recv instead), otherwise from the peer's send window
-// at the same offset or from the staging window the peer filled by a local
-// copy before the first sync, and the second sync releases the peers. The
-// root copies its own block locally unless in place (send == recv +
-// root*chunk).
+// recv may be NULL). In a group with every rank on one device each rank
+// pushes its block into the root's recv (releasedRound); otherwise the root
+// pulls each peer's block: from the peer's send buffer in a group (with the
+// seed's all-pairs sync every non-root pushes into the root's recv
+// instead), from the peer's send window at the same offset or from the
+// staging window the peer filled by a local copy before the first sync,
+// and the second sync releases the peers. The root copies its own block
+// locally unless in place (send == recv + root*chunk).
 func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 	n, me, s := e.n, e.rank, a.Stream
 	root := me == a.Root
@@ -435,6 +447,15 @@ func (e *Engine) gather(a *Args, chunk uintptr, capturing bool) error {
 		}
 	}
 	e.logPath(a.Func, rt.p, chunk, piece)
+	if rt.p == pathGroup && e.oneDev {
+		// Every rank pushes its block (releasedRound); the root's in-place
+		// block is already there.
+		e.resetCopies()
+		if dst := a.PeerRecv[a.Root] + hip.DevicePtr(uintptr(me)*chunk); dst != a.Send {
+			e.add(dst, a.Send, chunk)
+		}
+		return e.releasedRound(s, capturing, a.Root)
+	}
 	for o := uintptr(0); o < chunk; o += piece {
 		l := min(piece, chunk-o)
 		src := a.Send + hip.DevicePtr(o)

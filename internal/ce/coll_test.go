@@ -697,3 +697,128 @@ func TestHubRound(t *testing.T) {
 		})
 	}
 }
+
+// TestReleasedRoundOrder checks both half syncs of a released round
+// (Engine.releasedRound) against the root's own stream work, under chaos:
+// the root writes its Scatter send buffer, and saves what its Gather recv
+// buffer held, on its stream right before the call, and overwrites the
+// send buffer, and copies out the recv buffer, right after it. A peer that
+// copied before the root's release would pull stale data or clobber the
+// saved content; a root that went on before every peer's arrival would
+// overwrite a block still being pulled or copy out one not yet pushed.
+func TestReleasedRoundOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		sync string
+		fw   string
+	}{
+		{"star/copy", 4, SyncStar, FlagWriteCopy},
+		{"star/value", 5, SyncStar, FlagWriteValue},
+		{"allpairs-layout", 3, SyncAuto, FlagWriteValue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const chunk, rounds = 3000, 12
+			n := tc.n
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
+			w := newWorld(t, n, worldOpts{chaos: 41, devices: 1})
+			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
+				if !r.e.oneDev {
+					return fmt.Errorf("no released rounds here")
+				}
+				row := uintptr(n) * chunk
+				send, recv := r.alloc(row), r.alloc(row)
+				fresh, saved, out := r.alloc(row), r.alloc(row), r.alloc(row)
+				peerSend, peerRecv := r.exchange(send), r.exchange(recv)
+				for k := range rounds {
+					root := k % n
+					img := func(v int) []byte { return pattern(100*k+v, row) }
+					r.put(send, img(r.rank)) // a Gather's block, or stale Scatter data
+					r.put(recv, img(50+r.rank))
+					r.put(fresh, img(200))
+					r.w.bar.wait()
+					scatter := k%2 == 0
+					a := Args{Func: FuncGather, Root: root, Count: chunk, EltSize: 1, Send: send, Recv: recv,
+						Stream: r.s, PeerSend: peerSend, PeerRecv: peerRecv}
+					if scatter {
+						a.Func = FuncScatter
+					}
+					if r.rank == root {
+						src, dst := fresh, send // Scatter: the data to send, written just before
+						if !scatter {
+							src, dst = recv, saved // Gather: what recv held, saved just before
+						}
+						if err := r.rt.MemcpyAsync(dst, src, row, r.s); err != nil {
+							return err
+						}
+					}
+					if err := r.e.Launch(&a); err != nil {
+						return err
+					}
+					if r.rank == root {
+						if scatter {
+							err := r.rt.MemcpyAsync(send, recv, row, r.s) // reuse: overwrite send
+							if err != nil {
+								return err
+							}
+						} else if err := r.rt.MemcpyAsync(out, recv, row, r.s); err != nil {
+							return err
+						}
+					}
+					r.syncStream()
+					if scatter {
+						want := img(200)[uintptr(r.rank)*chunk : uintptr(r.rank+1)*chunk]
+						if got := r.get(recv, chunk); !bytes.Equal(got, want) {
+							return fmt.Errorf("round %d: Scatter from %d: rank %d got stale or clobbered data", k, root, r.rank)
+						}
+					} else if r.rank == root {
+						if got := r.get(saved, row); !bytes.Equal(got, img(50+root)) {
+							return fmt.Errorf("round %d: Gather to %d: a peer wrote recv before the root's release", k, root)
+						}
+						for p := range n {
+							want := img(p)[:chunk]
+							if got := r.get(out+hip.DevicePtr(uintptr(p)*chunk), chunk); !bytes.Equal(got, want) {
+								return fmt.Errorf("round %d: Gather to %d: block %d copied out before it landed", k, root, p)
+							}
+						}
+					}
+					r.w.bar.wait()
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestReleasedRoundOps pins a released round's ops (star, one device):
+// the root releases everyone with one copy into the release words of its
+// ready array and copies its own block; each peer waits for its word,
+// resets it, copies its block and announces its arrival in a lane of the
+// root's complete array, where the root waits and resets.
+func TestReleasedRoundOps(t *testing.T) {
+	for _, fn := range []Func{FuncScatter, FuncGather} {
+		t.Run(fn.String(), func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Sync, cfg.FlagWrite = SyncStar, FlagWriteCopy
+			caps := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
+			c := collCase{fn: fn, count: 5, mode: bufGroup}
+			ps := make([]prepared, 4)
+			logs := opLogs(t, 4, worldOpts{devices: 1, caps: &caps}, cfg, func(r *rankEnv) error {
+				ps[r.rank] = r.prepare(c)
+				return nil
+			}, func(r *rankEnv) error {
+				if err := r.e.Launch(&ps[r.rank].args); err != nil {
+					return err
+				}
+				r.syncStream()
+				return r.verify(c, ps[r.rank])
+			})
+			require.Equal(t, "copy12 r0+4\ncopy5 ?\nwait r0+16=0x10101\nwrite r0+16=0x0", strings.Join(logs[0], "\n"), "root")
+			for p := 1; p < 4; p++ {
+				want := fmt.Sprintf("wait r0+%d=0x1\nwrite r0+%d=0x0\ncopy5 ?\ncopy1 r0+%d", 4*p, 4*p, 16+p-1)
+				require.Equal(t, want, strings.Join(logs[p], "\n"), "rank %d", p)
+			}
+		})
+	}
+}

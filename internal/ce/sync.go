@@ -232,8 +232,39 @@ func (e *Engine) rootedRound(s hip.Stream, capturing bool, c, nSlots int) error 
 	return e.releaseFrom(s, capturing, c)
 }
 
-// arriveAt is the first half sync of a rooted round: peers announce, c
-// gathers and resets.
+// releasedRound is a rooted round in the other order, for a grouped
+// Scatter or Gather with every rank on one device, where every rank knows
+// the root's buffers: on the ready array c releases every peer (its
+// buffers are ready) and each waits for that and resets; every rank then
+// copies its own block on its own stream (Scatter: a peer pulls its block
+// from c's send buffer; Gather: it pushes its block into c's recv); on the
+// complete array every peer announces its arrival (its copy is done) and c
+// waits and resets. The copies run on n streams at once instead of one
+// after another on c's: on one H200 the peers' parallel pushes of a 64 MiB
+// Gather took 151 us at 4 ranks against 160 for the root's chain.
+//
+// The arrays stay safe with rooted rounds (rootedRound), full syncs and
+// hub rounds in any order, by the rule rootedRound states: a word is
+// written again only after its waiter reset it. Here a peer resets its
+// release word before its arrival of the same round, which c waits for
+// before it can release anyone again; c resets its arrival words right
+// after its wait, before its next release, which a peer waits for before
+// its next arrival on any of c's arrays. The words are disjoint from a
+// rootedRound's (its arrivals use c's ready array, its releases the
+// complete one) except where a full sync uses them too, and a full sync
+// waits for every peer.
+func (e *Engine) releasedRound(s hip.Stream, capturing bool, c int) error {
+	if err := e.releaseFrom(s, capturing, c); err != nil {
+		return err
+	}
+	if err := e.copies(s, capturing, 0, len(e.dsts)); err != nil {
+		return err
+	}
+	return e.arriveAt(s, capturing, c)
+}
+
+// arriveAt is the first half sync of a rooted round (the second of a
+// releasedRound): peers announce, c gathers and resets.
 func (e *Engine) arriveAt(s hip.Stream, capturing bool, c int) error {
 	arr, val := e.nextArray(capturing)
 	e.ops = e.ops[:0]
@@ -254,8 +285,8 @@ func (e *Engine) arriveAt(s hip.Stream, capturing bool, c int) error {
 	return e.resetArrivals(s, capturing, local)
 }
 
-// releaseFrom is the second half sync of a rooted round: c releases, the
-// peers wait and reset.
+// releaseFrom is the second half sync of a rooted round (the first of a
+// releasedRound): c releases, the peers wait and reset.
 func (e *Engine) releaseFrom(s hip.Stream, capturing bool, c int) error {
 	arr, val := e.nextArray(capturing)
 	e.ops = e.ops[:0]

@@ -248,7 +248,7 @@ func TestOwnBlockFirst(t *testing.T) {
 		{"allgather/star/rank0", FuncAllGather, 4, 1, SyncStar, FlagWriteCopy, 0,
 			[]string{"copy5 ?", "wait r0+0=0x10101", "copy12 r0+4", "write r0+0=0x0", "batch of 3", "wait r0+16=0x10101", "copy12 r0+20", "write r0+16=0x0"}},
 		{"allgather/allpairs", FuncAllGather, 2, 1, SyncAllPairs, FlagWriteValue, 1,
-			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "batch of 1", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
+			[]string{"write r0+4=0x1", "copy5 ?", "wait r1+0=0x1", "write r1+0=0x0", "copy5 ?", "write r0+20=0x1", "wait r1+16=0x1", "write r1+16=0x0"}},
 		{"small", FuncScatter, 4, 1, SyncStar, FlagWriteCopy, 2,
 			[]string{"wait r2+0=0x10101", "write r2+0=0x0", "batch of 4", "copy12 r2+20"}},
 	} {
