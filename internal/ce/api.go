@@ -290,14 +290,14 @@ type Engine struct {
 	own ownCopy
 
 	// Preallocated parameter arrays (B16).
-	ops        []hip.MemOp
-	dsts       []hip.DevicePtr
-	srcs       []hip.DevicePtr
-	sizes      []uintptr
-	bounds     []int // bounds[j]: copies queued before slot j
-	attrs      [1]hip.CopyAttributes
-	attrIdxs   [1]uintptr
-	members    []hip.DevicePtr
+	ops      []hip.MemOp
+	dsts     []hip.DevicePtr
+	srcs     []hip.DevicePtr
+	sizes    []uintptr
+	bounds   []int // bounds[j]: copies queued before slot j
+	attrs    [1]hip.CopyAttributes
+	attrIdxs [1]uintptr
+	members  []hip.DevicePtr
 }
 
 // Init sets up the rank's CE state. Collective: every rank of c calls it
