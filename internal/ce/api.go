@@ -78,7 +78,7 @@ type Config struct {
 	StagingBytes            uintptr // CECOLL_STAGING_BYTES, staging window per rank (default 32 MiB)
 	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
 	Sync                    string  // CECOLL_SYNC: "auto" (default), "allpairs" or "star"
-	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub AllGather, chunk*n bytes (default 4 MiB; AlltoAll at most 64 KiB; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
+	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub AllGather, chunk*n bytes (default 4 MiB; AlltoAll at most hubAlltoAllBytes; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
 }
 
 // ConfigFromEnv returns the defaults overridden by the environment. A
@@ -393,7 +393,9 @@ func (e *Engine) setup() error {
 	// Half syncs at the root for Scatter and Gather, except with the
 	// seed's sync and the seed's flag protocol.
 	e.rooted = e.cfg.Sync != SyncAllPairs && !seqFlags()
-	// Hub rounds where one device makes every copy anyway, measured there.
+	// With every rank on one device (where they were measured), grouped
+	// Scatter and Gather release first and small AllGather and AlltoAll
+	// run as hub rounds.
 	e.oneDev = e.rooted && e.c.OneDevice()
 	e.hub = e.oneDev && e.cfg.HubBytes > 0
 
