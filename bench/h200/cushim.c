@@ -89,7 +89,7 @@ static u64 mono_ns(void) {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap)     \
   X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                     \
   X(cuMemRetainAllocationHandle) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2)              \
-  X(cuMemsetD8_v2) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpyDtoH_v2) X(cuStreamCreate) X(cuStreamDestroy_v2) \
+  X(cuMemsetD8_v2) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoH_v2) X(cuStreamCreate) X(cuStreamDestroy_v2) \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2)      \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuEventElapsedTime)   \
   X(cuStreamBatchMemOp_v2) X(cuStreamIsCapturing) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)       \

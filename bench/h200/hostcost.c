@@ -26,10 +26,16 @@
  * /work/shared/design/gpu-abi.md and internal/hip/nvidia/symbols.go), so it
  * builds anywhere with: gcc -O2 -Wall -o hostcost hostcost.c -ldl -lpthread
  *
- *   hostcost [-l build/libcecoll.so] [-n 4] [-s 8,65536] [-r 30] [-k 64] [-t 60] [-x]
+ *   hostcost [-l build/libcecoll.so] [-n 4] [-s 8,65536] [-r 30] [-k 64] [-t 60] [-x] [-F c|v|r]
  *
  * -x: the reference alone (no libcecoll; buffers from cuMemAlloc), e.g.
  * with a mock libcuda.so.1 to check the flag protocol and the data.
+ *
+ * -F c|v|r: where the reference's flags live: one cuMemAlloc (c, the
+ * default), one ncclMemAlloc (v), or one ncclMemAlloc per rank (r), which
+ * is how cecoll's sync windows are laid out. On the H200 the driver's
+ * cuStreamBatchMemOp_v2 took about 0.8 us longer per call on VMM memory
+ * (v, r) than on cuMemAlloc memory (c), whoever called it.
  *
  * Output: "HOSTCOST bytes=B ranks=N cecoll_us=.. c_us=.. ratio=.." per size
  * (us per collective, median), plus VERIFY / INFO lines.
@@ -226,8 +232,15 @@ static void *sendb[MAXN], *recvb[MAXN];
 static ncclWindow_t sendw[MAXN], recvw[MAXN];
 static CUdeviceptr flags; /* ready[r][p] then complete[r][p], u32 each */
 static int useBatchCopy;
+/* -F: where the reference's flags live. 'c' one cuMemAlloc (default);
+ * 'v' one ncclMemAlloc (VMM, as cecoll's sync windows); 'r' one
+ * ncclMemAlloc per owner rank (ready[p] then complete[p] each), as cecoll's
+ * windows are laid out. */
+static char flagAlloc = 'c';
+static void* flagsOwner[MAXN];
 
 static CUdeviceptr slot(int complete, int owner, int from) {
+  if (flagAlloc == 'r') return (CUdeviceptr)(uintptr_t)flagsOwner[owner] + 4 * ((size_t)complete * n + from);
   return flags + 4 * ((size_t)complete * n * n + (size_t)owner * n + from);
 }
 
@@ -387,8 +400,9 @@ static void hostsplit(size_t bytes, const char* side, int acct, const double* us
 
 static void usage(const char* prog) {
   fprintf(stderr,
-          "usage: %s [-l libcecoll.so] [-n ranks<=%d] [-s bytes,...] [-r rounds] [-k burst] [-t watchdog_s] [-x]\n"
-          "  -x: the C reference only (no libcecoll; buffers from cuMemAlloc)\n",
+          "usage: %s [-l libcecoll.so] [-n ranks<=%d] [-s bytes,...] [-r rounds] [-k burst] [-t watchdog_s] [-x] [-F c|v|r]\n"
+          "  -x: the C reference only (no libcecoll; buffers from cuMemAlloc)\n"
+          "  -F: the reference's flags in one cuMemAlloc (c), one ncclMemAlloc (v), one ncclMemAlloc per rank (r)\n",
           prog, MAXN);
   exit(2);
 }
@@ -397,7 +411,7 @@ int main(int argc, char** argv) {
   const char* libPath = "build/libcecoll.so";
   const char* sizesArg = "8,65536";
   int rounds = 30, k = 64, watchdog = 60, refOnly = 0, opt;
-  while ((opt = getopt(argc, argv, "l:n:s:r:k:t:x")) != -1) {
+  while ((opt = getopt(argc, argv, "l:n:s:r:k:t:xF:")) != -1) {
     switch (opt) {
       case 'l': libPath = optarg; break;
       case 'n': n = atoi(optarg); break;
@@ -406,6 +420,7 @@ int main(int argc, char** argv) {
       case 'k': k = atoi(optarg); break;
       case 't': watchdog = atoi(optarg); break;
       case 'x': refOnly = 1; break;
+      case 'F': flagAlloc = optarg[0]; break;
       default: usage(argv[0]);
     }
   }
@@ -421,6 +436,7 @@ int main(int argc, char** argv) {
     if (*end && *end != ',') usage(argv[0]);
   }
   if (n < 2 || n > MAXN || rounds < 1 || k < 1 || nsizes == 0) usage(argv[0]);
+  if (!strchr("cvr", flagAlloc) || (flagAlloc != 'c' && refOnly)) usage(argv[0]);
   /* SA_ONSTACK: the alarm may land on one of the Go runtime's threads. */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -543,8 +559,21 @@ int main(int argc, char** argv) {
     NC(nc.GroupEnd());
     CU(cu.CtxSetCurrent(ctx));
   }
-  CU(cu.MemAlloc(&flags, 2 * 4 * (size_t)n * n));
-  CU(cu.MemsetD8(flags, 0, 2 * 4 * (size_t)n * n));
+  if (flagAlloc == 'c') {
+    CU(cu.MemAlloc(&flags, 2 * 4 * (size_t)n * n));
+    CU(cu.MemsetD8(flags, 0, 2 * 4 * (size_t)n * n));
+  } else if (flagAlloc == 'v') {
+    void* p;
+    NC(nc.MemAlloc(&p, 2 * 4 * (size_t)n * n));
+    flags = (CUdeviceptr)(uintptr_t)p;
+    CU(cu.MemsetD8(flags, 0, 2 * 4 * (size_t)n * n));
+  } else {
+    for (int r = 0; r < n; r++) {
+      NC(nc.MemAlloc(&flagsOwner[r], 2 * 4 * (size_t)n));
+      CU(cu.MemsetD8((CUdeviceptr)(uintptr_t)flagsOwner[r], 0, 2 * 4 * (size_t)n));
+    }
+  }
+  printf("INFO reference flags in %s\n", flagAlloc == 'c' ? "one cuMemAlloc" : flagAlloc == 'v' ? "one ncclMemAlloc" : "one ncclMemAlloc per rank");
   CU(cu.MemAlloc(&words, 4 * (size_t)n));
   CU(cu.MemsetD8(words, 0, 4 * (size_t)n));
   {
@@ -616,7 +645,9 @@ int main(int argc, char** argv) {
     CU(cu.StreamDestroy(streams[r]));
   }
   for (int r = 0; r < n; r++) NC(nc.CommDestroy(comms[r]));
-  CU(cu.MemFree(flags));
+  if (flagAlloc == 'c') CU(cu.MemFree(flags));
+  if (flagAlloc == 'v') NC(nc.MemFree((void*)(uintptr_t)flags));
+  for (int r = 0; flagAlloc == 'r' && r < n; r++) NC(nc.MemFree(flagsOwner[r]));
   CU(cu.MemFree(words));
   return bad ? 1 : 0;
 }
