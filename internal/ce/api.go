@@ -79,6 +79,7 @@ type Config struct {
 	FlagWrite               string  // CECOLL_FLAG_WRITE: "auto" (default), "value" or "copy"
 	Sync                    string  // CECOLL_SYNC: "auto" (default), "allpairs" or "star"
 	HubBytes                int64   // CECOLL_HUB_BYTES, largest hub AllGather, chunk*n bytes (default 4 MiB; AlltoAll at most hubAlltoAllBytes; 0 picks the default, < 0 turns hub rounds off; the variable's 0 is off)
+	NoEventRounds           bool    // CECOLL_EVENT_ROUNDS=0: grouped eager calls on one device sync by flags, not events (event.go)
 }
 
 // ConfigFromEnv returns the defaults overridden by the environment. A
@@ -110,6 +111,9 @@ func ConfigFromEnv() Config {
 	}
 	if v := envChoice("CECOLL_SYNC", SyncAuto, SyncAllPairs, SyncStar); v != "" {
 		cfg.Sync = v
+	}
+	if v := envChoice("CECOLL_EVENT_ROUNDS", "1", "0"); v == "0" {
+		cfg.NoEventRounds = true
 	}
 	if v, ok := envBytes("CECOLL_HUB_BYTES"); ok {
 		cfg.HubBytes = -1 // 0: off
@@ -283,6 +287,11 @@ type Engine struct {
 	sideFork    hip.Event
 	sideJoin    hip.Event
 	sidePending bool
+
+	// Event rounds (event.go): this rank's ready and done events, created
+	// where oneDev holds, and the state of the round being issued.
+	evReady, evDone hip.Event
+	evr             evRound
 
 	// own is the rank's own block of the round being built, when it is
 	// copied on the collective's stream ahead of the peers' blocks
@@ -460,6 +469,16 @@ func (e *Engine) setup() error {
 		}
 	}
 
+	// Event rounds' events (event.go).
+	if e.oneDev && !e.cfg.NoEventRounds {
+		if e.evReady, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+			return initErr("event create", err)
+		}
+		if e.evDone, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+			return initErr("event create", err)
+		}
+	}
+
 	// Ordering events.
 	if e.ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
 		return initErr("event create", err)
@@ -545,7 +564,7 @@ func (e *Engine) release() error {
 		keep(rt.StreamDestroy(e.side))
 		e.side = 0
 	}
-	for _, ev := range [...]*hip.Event{&e.ev, &e.capEv, &e.sideFork, &e.sideJoin} {
+	for _, ev := range [...]*hip.Event{&e.ev, &e.capEv, &e.sideFork, &e.sideJoin, &e.evReady, &e.evDone} {
 		if *ev != 0 {
 			keep(rt.EventDestroy(*ev))
 			*ev = 0

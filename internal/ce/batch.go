@@ -1,6 +1,9 @@
 package ce
 
-import "cecoll/internal/hip"
+import (
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
 
 // A collective queues its copies slot by slot: slot j is the j-th peer of
 // the rotation (slot 0 is the rank itself). A slot may hold no copy (an
@@ -129,6 +132,16 @@ func (e *Engine) launchRound(s hip.Stream, capturing bool, nSlots int, chunk uin
 	}
 	if seed.b9 && intra {
 		return e.launchRoundSeedB9(s, capturing, chunk)
+	}
+	if e.evr.stepping {
+		// EventRound took only calls of one sub-batch.
+		if k > 1 {
+			return result.Errorf(result.InternalError, "ce: event round of %d sub-batches", k)
+		}
+		if err := e.evWait(s); err != nil {
+			return err
+		}
+		return e.copies(s, capturing, 0, len(e.dsts))
 	}
 	if err := e.sync(s, capturing); err != nil {
 		return err

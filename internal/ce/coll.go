@@ -287,6 +287,15 @@ func (e *Engine) useHub(a *Args, p path, chunk uintptr) bool {
 func (e *Engine) hubRound(a *Args, chunk uintptr, capturing bool) error {
 	e.logHub(a.Func, chunk)
 	e.resetCopies()
+	if e.evr.stepping {
+		if e.rank != hubRoot {
+			return nil
+		}
+		if err := e.evWait(a.Stream); err != nil {
+			return err
+		}
+		return e.hubCopies(a, chunk, capturing)
+	}
 	if err := e.arriveAt(a.Stream, capturing, hubRoot); err != nil {
 		return err
 	}

@@ -372,6 +372,10 @@ func TestBackToBack(t *testing.T) {
 		{"star/copy/onedevice", 5, 1, SyncStar, FlagWriteCopy, nomc},
 		{"star/value/onedevice", 6, 1, SyncStar, FlagWriteValue, nomc},
 		{"star/hip", 4, 0, SyncStar, FlagWriteAuto, hipc},
+		// Grouped calls as event rounds (event.go), between flag rounds.
+		{"auto/copy/onedevice/events", 2, 1, SyncAuto, FlagWriteCopy, nomc},
+		{"star/copy/onedevice/events", 5, 1, SyncStar, FlagWriteCopy, nomc},
+		{"auto/value/onedevice/events", 4, 1, SyncAuto, FlagWriteValue, nomc},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
@@ -392,9 +396,26 @@ func TestBackToBack(t *testing.T) {
 				for k, c := range cases {
 					ps[k] = r.prepare(c)
 				}
-				r.w.bar.wait()
+				events := strings.HasSuffix(tc.name, "/events")
 				for k, c := range cases {
-					if err := r.e.Launch(&ps[k].args); err != nil {
+					if events && c.mode == bufGroup {
+						r.eventArgs(&ps[k].args)
+					}
+				}
+				r.w.bar.wait()
+				evented := 0
+				for k, c := range cases {
+					var err error
+					if events && c.mode == bufGroup {
+						var ev bool
+						ev, err = r.launchGroup(&ps[k].args)
+						if ev {
+							evented++
+						}
+					} else {
+						err = r.e.Launch(&ps[k].args)
+					}
+					if err != nil {
 						return fmt.Errorf("%v: %w", c, err)
 					}
 				}
@@ -403,6 +424,9 @@ func TestBackToBack(t *testing.T) {
 					if err := r.verify(c, ps[k]); err != nil {
 						return fmt.Errorf("call %d: %w", k, err)
 					}
+				}
+				if events && evented == 0 {
+					return fmt.Errorf("no call ran as an event round")
 				}
 				return nil
 			})
@@ -698,92 +722,107 @@ func TestHubRound(t *testing.T) {
 	}
 }
 
-// TestReleasedRoundOrder checks both half syncs of a released round
-// (Engine.releasedRound) against the root's own stream work, under chaos:
-// the root writes its Scatter send buffer, and saves what its Gather recv
-// buffer held, on its stream right before the call, and overwrites the
-// send buffer, and copies out the recv buffer, right after it. A peer that
-// copied before the root's release would pull stale data or clobber the
-// saved content; a root that went on before every peer's arrival would
-// overwrite a block still being pulled or copy out one not yet pushed.
-func TestReleasedRoundOrder(t *testing.T) {
+// TestStreamOrder checks that a grouped call on one device is ordered
+// with each rank's own stream work, under chaos, for every round it may
+// take (released, hub, push; by flags and as event rounds): every rank
+// writes its send buffer and saves what its recv buffer held, on its
+// stream right before the call, and copies out its recv buffer and
+// overwrites its send buffer right after it. A copy made before the rank
+// it reads from or writes to reached the call pulls stale data or
+// clobbers the saved content; a call that ends on a rank's stream before
+// the copies into that rank's recv, or out of its send, are done lets the
+// copy-out miss a block or the overwrite reach a peer.
+func TestStreamOrder(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		n    int
-		sync string
-		fw   string
+		name   string
+		n      int
+		sync   string
+		fw     string
+		hub    int64
+		events bool
 	}{
-		{"star/copy", 4, SyncStar, FlagWriteCopy},
-		{"star/value", 5, SyncStar, FlagWriteValue},
-		{"allpairs-layout", 3, SyncAuto, FlagWriteValue},
+		{"flags/star/copy", 4, SyncStar, FlagWriteCopy, 0, false},
+		{"flags/star/value", 5, SyncStar, FlagWriteValue, 0, false},
+		{"flags/allpairs-layout/pushes", 3, SyncAuto, FlagWriteValue, -1, false},
+		{"events/star/copy", 4, SyncStar, FlagWriteCopy, 0, true},
+		{"events/allpairs-layout", 3, SyncAuto, FlagWriteValue, 0, true},
+		{"events/pushes", 4, SyncStar, FlagWriteCopy, -1, true},
+		{"events/n=2", 2, SyncAuto, FlagWriteCopy, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const chunk, rounds = 3000, 12
+			const chunk, rounds = 3000, 16
 			n := tc.n
 			cfg := testCfg()
-			cfg.Sync, cfg.FlagWrite = tc.sync, tc.fw
+			cfg.Sync, cfg.FlagWrite, cfg.HubBytes = tc.sync, tc.fw, tc.hub
+			cfg.StagingBytes = 1 << 20 // room for a hub AlltoAll
 			w := newWorld(t, n, worldOpts{chaos: 41, devices: 1})
 			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
 				if !r.e.oneDev {
-					return fmt.Errorf("no released rounds here")
+					return fmt.Errorf("not on one device")
 				}
 				row := uintptr(n) * chunk
 				send, recv := r.alloc(row), r.alloc(row)
-				fresh, saved, out := r.alloc(row), r.alloc(row), r.alloc(row)
+				fresh, junk, saved, out := r.alloc(row), r.alloc(row), r.alloc(row), r.alloc(row)
 				peerSend, peerRecv := r.exchange(send), r.exchange(recv)
+				var evArgs Args
+				if tc.events {
+					r.eventArgs(&evArgs)
+				}
+				evented := 0
+				fns := []Func{FuncScatter, FuncGather, FuncAllGather, FuncAlltoAll}
 				for k := range rounds {
-					root := k % n
+					f, root := fns[k%4], (k/4)%n
 					img := func(v int) []byte { return pattern(100*k+v, row) }
-					r.put(send, img(r.rank)) // a Gather's block, or stale Scatter data
+					r.put(send, img(r.rank))
 					r.put(recv, img(50+r.rank))
-					r.put(fresh, img(200))
+					r.put(fresh, img(200+r.rank))
+					r.put(junk, img(300))
 					r.w.bar.wait()
-					scatter := k%2 == 0
-					a := Args{Func: FuncGather, Root: root, Count: chunk, EltSize: 1, Send: send, Recv: recv,
-						Stream: r.s, PeerSend: peerSend, PeerRecv: peerRecv}
-					if scatter {
-						a.Func = FuncScatter
-					}
-					if r.rank == root {
-						src, dst := fresh, send // Scatter: the data to send, written just before
-						if !scatter {
-							src, dst = recv, saved // Gather: what recv held, saved just before
-						}
-						if err := r.rt.MemcpyAsync(dst, src, row, r.s); err != nil {
+					a := Args{Func: f, Root: root, Count: chunk, EltSize: 1, Send: send, Recv: recv,
+						Stream: r.s, PeerSend: peerSend, PeerRecv: peerRecv, PeerReady: evArgs.PeerReady, PeerDone: evArgs.PeerDone}
+					for _, c := range [][2]hip.DevicePtr{{send, fresh}, {saved, recv}} {
+						if err := r.rt.MemcpyAsync(c[0], c[1], row, r.s); err != nil {
 							return err
 						}
 					}
-					if err := r.e.Launch(&a); err != nil {
-						return err
+					ev, err := r.launchGroup(&a)
+					if err != nil {
+						return fmt.Errorf("round %d %v: %w", k, f, err)
 					}
-					if r.rank == root {
-						if scatter {
-							err := r.rt.MemcpyAsync(send, recv, row, r.s) // reuse: overwrite send
-							if err != nil {
-								return err
-							}
-						} else if err := r.rt.MemcpyAsync(out, recv, row, r.s); err != nil {
+					if ev {
+						evented++
+					}
+					for _, c := range [][2]hip.DevicePtr{{out, recv}, {send, junk}} {
+						if err := r.rt.MemcpyAsync(c[0], c[1], row, r.s); err != nil {
 							return err
 						}
 					}
 					r.syncStream()
-					if scatter {
-						want := img(200)[uintptr(r.rank)*chunk : uintptr(r.rank+1)*chunk]
-						if got := r.get(recv, chunk); !bytes.Equal(got, want) {
-							return fmt.Errorf("round %d: Scatter from %d: rank %d got stale or clobbered data", k, root, r.rank)
-						}
-					} else if r.rank == root {
-						if got := r.get(saved, row); !bytes.Equal(got, img(50+root)) {
-							return fmt.Errorf("round %d: Gather to %d: a peer wrote recv before the root's release", k, root)
-						}
+					if got := r.get(saved, row); !bytes.Equal(got, img(50+r.rank)) {
+						return fmt.Errorf("round %d %v root %d: rank %d's recv was written before it reached the call", k, f, root, r.rank)
+					}
+					var want []byte
+					me := uintptr(r.rank)
+					switch {
+					case f == FuncScatter:
+						want = img(200 + root)[me*chunk : (me+1)*chunk]
+					case f == FuncGather && r.rank != root:
+					case f == FuncAlltoAll:
 						for p := range n {
-							want := img(p)[:chunk]
-							if got := r.get(out+hip.DevicePtr(uintptr(p)*chunk), chunk); !bytes.Equal(got, want) {
-								return fmt.Errorf("round %d: Gather to %d: block %d copied out before it landed", k, root, p)
-							}
+							want = append(want, img(200 + p)[me*chunk:(me+1)*chunk]...)
+						}
+					default: // AllGather, and Gather at the root
+						for p := range n {
+							want = append(want, img(200 + p)[:chunk]...)
 						}
 					}
+					if got := r.get(out, uintptr(len(want))); !bytes.Equal(got, want) {
+						return fmt.Errorf("round %d %v root %d: rank %d copied out stale, clobbered or missing blocks", k, f, root, r.rank)
+					}
 					r.w.bar.wait()
+				}
+				if tc.events != (evented == rounds) {
+					return fmt.Errorf("%d of %d calls ran as event rounds", evented, rounds)
 				}
 				return nil
 			})
@@ -819,6 +858,78 @@ func TestReleasedRoundOps(t *testing.T) {
 				want := fmt.Sprintf("wait r0+%d=0x1\nwrite r0+%d=0x0\ncopy5 ?\ncopy1 r0+%d", 4*p, 4*p, 16+p-1)
 				require.Equal(t, want, strings.Join(logs[p], "\n"), "rank %d", p)
 			}
+		})
+	}
+}
+
+// TestEventRoundChoice pins which grouped calls EventRound takes: every
+// rank on one device, eager, one round on flags, event rounds on.
+func TestEventRoundChoice(t *testing.T) {
+	const chunk = 1000
+	for _, tc := range []struct {
+		name    string
+		devices int
+		cfg     func(*Config)
+		fn      Func
+		inPlace bool
+		capture bool
+		noEv    bool // no PeerReady/PeerDone
+		want    evKind
+	}{
+		{name: "scatter", fn: FuncScatter, want: evReleased},
+		{name: "gather", fn: FuncGather, want: evReleased},
+		{name: "allgather hub", fn: FuncAllGather, want: evHub},
+		{name: "alltoall hub in place", fn: FuncAlltoAll, inPlace: true, want: evHub},
+		{name: "allgather push", fn: FuncAllGather, cfg: func(c *Config) { c.HubBytes = -1 }, want: evPush},
+		{name: "alltoall push", fn: FuncAlltoAll, cfg: func(c *Config) { c.HubBytes = -1 }, want: evPush},
+		{name: "alltoall in place, scratch rounds", fn: FuncAlltoAll, inPlace: true, cfg: func(c *Config) { c.HubBytes = -1 }},
+		{name: "sub-batches", fn: FuncAllGather, cfg: func(c *Config) { c.HubBytes, c.IntraBatchSyncFreq, c.IntraBatchSyncThreshold = -1, 2, 1 }},
+		{name: "captured", fn: FuncScatter, capture: true},
+		{name: "no events given", fn: FuncScatter, noEv: true},
+		{name: "event rounds off", fn: FuncScatter, cfg: func(c *Config) { c.NoEventRounds = true }},
+		{name: "allpairs", fn: FuncScatter, cfg: func(c *Config) { c.Sync = SyncAllPairs }},
+		{name: "two devices", fn: FuncScatter, devices: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4
+			cfg := testCfg()
+			cfg.StagingBytes = 1 << 20
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			devs := tc.devices
+			if devs == 0 {
+				devs = 1
+			}
+			w := newWorld(t, n, worldOpts{devices: devs})
+			w.run(cfg, 30*time.Second, false, func(r *rankEnv) error {
+				row := uintptr(n) * chunk
+				send, recv := r.alloc(row), r.alloc(row)
+				if tc.inPlace {
+					send = recv
+				}
+				a := Args{Func: tc.fn, Count: chunk, EltSize: 1, Send: send, Recv: recv, Stream: r.s,
+					PeerSend: r.exchange(send), PeerRecv: r.exchange(recv)}
+				if !tc.noEv {
+					r.eventArgs(&a)
+				}
+				if tc.capture {
+					if err := r.rt.StreamBeginCapture(r.s, hip.CaptureModeThreadLocal); err != nil {
+						return err
+					}
+				}
+				ok := r.e.EventRound(&a)
+				if tc.capture {
+					if _, err := r.rt.StreamEndCapture(r.s); err != nil {
+						return err
+					}
+				}
+				if ok != (tc.want != evNone) || r.e.evr.kind != tc.want {
+					return fmt.Errorf("EventRound = %v, kind %v; want kind %v", ok, r.e.evr.kind, tc.want)
+				}
+				r.e.evr = evRound{}
+				return nil
+			})
 		})
 	}
 }

@@ -82,4 +82,8 @@ type Args struct {
 	// engine then writes to them directly (zero-copy, no window needed).
 	PeerSend []hip.DevicePtr
 	PeerRecv []hip.DevicePtr
+	// PeerReady and PeerDone hold every rank's events (Engine.Events), for
+	// an event round (Engine.EventRound); nil otherwise.
+	PeerReady []hip.Event
+	PeerDone  []hip.Event
 }

@@ -425,3 +425,38 @@ func dumpGoroutines(t testing.TB) {
 	t.Logf("goroutines:\n%s", buf.String())
 	_ = os.Stderr.Sync()
 }
+
+// eventArgs sets a's PeerReady and PeerDone to every rank's event-round
+// events (Engine.Events), as internal/comm's group does.
+func (r *rankEnv) eventArgs(a *Args) {
+	ready, done := r.e.Events()
+	rs, ds := r.exchange(hip.DevicePtr(ready)), r.exchange(hip.DevicePtr(done))
+	a.PeerReady, a.PeerDone = make([]hip.Event, r.w.n), make([]hip.Event, r.w.n)
+	for p := range r.w.n {
+		a.PeerReady[p], a.PeerDone[p] = hip.Event(rs[p]), hip.Event(ds[p])
+	}
+}
+
+// launchGroup issues a as internal/comm's group does: as an event round
+// when every rank's engine takes it (EventRound), its three steps
+// separated by host barriers (which give the order the group's one
+// thread gives), else with Launch. It reports whether the call was an
+// event round. Every rank calls it for the same call.
+func (r *rankEnv) launchGroup(a *Args) (bool, error) {
+	ok := hip.DevicePtr(0)
+	if r.e.EventRound(a) {
+		ok = 1
+	}
+	for _, v := range r.exchange(ok) {
+		if v == 0 {
+			return false, r.e.Launch(a)
+		}
+	}
+	for k := range 3 {
+		if err := r.e.Step(a, k); err != nil {
+			return true, err
+		}
+		r.w.bar.wait()
+	}
+	return true, nil
+}

@@ -17,6 +17,7 @@ func (e *Engine) Launch(a *Args) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.evr.kind = evNone // a group that asked EventRound launches with flags after all
 	if e.aborted {
 		return result.Errorf(result.InvalidUsage, "ce launch: communicator aborted")
 	}
@@ -57,16 +58,7 @@ func (e *Engine) Launch(a *Args) error {
 		return launchErr(a.Func, "order after previous collective", err)
 	}
 	if chunk > 0 {
-		switch a.Func {
-		case FuncAllGather:
-			err = e.allGather(a, chunk, capturing)
-		case FuncAlltoAll:
-			err = e.alltoAll(a, chunk, capturing)
-		case FuncScatter:
-			err = e.scatter(a, chunk, capturing)
-		case FuncGather:
-			err = e.gather(a, chunk, capturing)
-		}
+		err = e.collective(a, chunk, capturing)
 		if jerr := e.join(s); err == nil {
 			err = jerr
 		}
@@ -79,6 +71,21 @@ func (e *Engine) Launch(a *Args) error {
 	}
 	if err := e.orderAfter(s, capturing); err != nil {
 		return launchErr(a.Func, "record end", err)
+	}
+	return nil
+}
+
+// collective enqueues a's copies and syncs (chunk > 0, a validated).
+func (e *Engine) collective(a *Args, chunk uintptr, capturing bool) error {
+	switch a.Func {
+	case FuncAllGather:
+		return e.allGather(a, chunk, capturing)
+	case FuncAlltoAll:
+		return e.alltoAll(a, chunk, capturing)
+	case FuncScatter:
+		return e.scatter(a, chunk, capturing)
+	case FuncGather:
+		return e.gather(a, chunk, capturing)
 	}
 	return nil
 }

@@ -255,6 +255,12 @@ func (e *Engine) rootedRound(s hip.Stream, capturing bool, c, nSlots int) error 
 // complete one) except where a full sync uses them too, and a full sync
 // waits for every peer.
 func (e *Engine) releasedRound(s hip.Stream, capturing bool, c int) error {
+	if e.evr.stepping {
+		if err := e.evWait(s); err != nil {
+			return err
+		}
+		return e.copies(s, capturing, 0, len(e.dsts))
+	}
 	if err := e.releaseFrom(s, capturing, c); err != nil {
 		return err
 	}

@@ -100,6 +100,29 @@ func (c *Comm) launchNow(a *ce.Args) error {
 	return c.launchLocked(&c.args)
 }
 
+// stepNow runs step k of a grouped event round (ce.Engine.Step). Like
+// launchNow it leaves the comm's device current.
+func (c *Comm) stepNow(a *ce.Args, k int) error {
+	if k == 0 {
+		if err := c.usable(FuncName(a.Func)); err != nil {
+			return err
+		}
+	}
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	ee, ok := c.eng.(eventEngine)
+	if !ok {
+		return result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", FuncName(a.Func))
+	}
+	if k == 0 {
+		c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
+	}
+	if err := ee.Step(a, k); err != nil {
+		return result.Errorf(result.Of(err), "%s: %w", FuncName(a.Func), err)
+	}
+	return nil
+}
+
 // launchLocked hands a to the engine, which makes the comm's device
 // current; c.engMu held. The caller restores its own device.
 func (c *Comm) launchLocked(a *ce.Args) error {

@@ -24,6 +24,14 @@ type engine interface {
 	Abort() error
 }
 
+// eventEngine is an engine that runs grouped calls as event rounds
+// (internal/ce event.go); *ce.Engine is one, test fakes need not be.
+type eventEngine interface {
+	Events() (ready, done hip.Event)
+	EventRound(a *ce.Args) bool
+	Step(a *ce.Args, k int) error
+}
+
 // newEngine sets up a rank's CE state; collective.
 var newEngine = func(c ce.Comm, cfg ce.Config) (engine, error) {
 	e, err := ce.Init(c, cfg)

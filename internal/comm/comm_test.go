@@ -460,3 +460,91 @@ func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
 	}
 	require.NoError(t, MemFree(rt, gate))
 }
+
+// TestGroupEventRounds runs grouped calls of every rank on one device
+// with real engines: they run as event rounds (internal/ce event.go),
+// move the right bytes, and allocate nothing.
+func TestGroupEventRounds(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	const n, chunk = 4, 256
+	rt := newRT(t, 1)
+	comms, err := InitAll(rt, n, []int{0, 0, 0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	defer destroyAll(t, comms)
+	runtime.LockOSThread() // groups belong to the calling thread
+	defer runtime.UnlockOSThread()
+	var send, recv [n]hip.DevicePtr
+	var streams [n]hip.Stream
+	for r := range n {
+		send[r], err = rt.MemAlloc(n * chunk)
+		require.NoError(t, err)
+		recv[r], err = rt.MemAlloc(n * chunk)
+		require.NoError(t, err)
+		streams[r], err = rt.StreamCreate()
+		require.NoError(t, err)
+		img := make([]byte, n*chunk)
+		for i := range img {
+			img[i] = byte(r*31 + i)
+		}
+		require.NoError(t, hip.CopyToDevice(rt, send[r], img))
+	}
+	defer func() {
+		for r := range n {
+			require.NoError(t, rt.StreamDestroy(streams[r]))
+			require.NoError(t, rt.MemFree(send[r]))
+			require.NoError(t, rt.MemFree(recv[r]))
+		}
+	}()
+	group := func(fn ce.Func) func() {
+		return func() {
+			if err := GroupStart(); err != nil {
+				panic(err)
+			}
+			for r, c := range comms {
+				if err := c.Collective(fn, send[r], recv[r], chunk, 0, 1, streams[r]); err != nil {
+					panic(err)
+				}
+			}
+			if err := GroupEnd(); err != nil {
+				panic(err)
+			}
+		}
+	}
+	for _, fn := range []ce.Func{ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather} {
+		t.Run(fn.String(), func(t *testing.T) {
+			before := eventRounds.Load()
+			group(fn)()
+			require.Equal(t, before+1, eventRounds.Load(), "not an event round")
+			for r := range n {
+				require.NoError(t, rt.StreamSynchronize(streams[r]))
+			}
+			// Rank 1's recv: AllGather block p is rank p's send; AlltoAll
+			// block p is rank p's block 1; Scatter (root 1) its block 1;
+			// Gather (root 1) block p is rank p's send.
+			got := make([]byte, n*chunk)
+			require.NoError(t, hip.CopyFromDevice(rt, got, recv[1]))
+			for p := range n {
+				if fn == ce.FuncScatter && p > 0 {
+					break
+				}
+				for i := range chunk {
+					src, off := p, i
+					switch fn {
+					case ce.FuncAlltoAll:
+						off = chunk + i
+					case ce.FuncScatter:
+						src, off = 1, chunk+i
+					}
+					require.Equal(t, byte(src*31+off), got[p*chunk+i], "block %d byte %d", p, i)
+				}
+			}
+			if raceEnabled || testing.Short() {
+				return
+			}
+			require.Zero(t, testing.AllocsPerRun(50, group(fn)))
+			for r := range n {
+				require.NoError(t, rt.StreamSynchronize(streams[r]))
+			}
+		})
+	}
+}

@@ -22,10 +22,11 @@ type group struct {
 
 	// launch's scratch: the set of each collective (same world and
 	// sequence), and every complete set's peer buffers.
-	setOf []int
-	sets  []collSet
-	index map[setKey]int
-	peers []hip.DevicePtr
+	setOf  []int
+	sets   []collSet
+	index  map[setKey]int
+	peers  []hip.DevicePtr
+	events []hip.Event
 }
 
 type setKey struct {
@@ -36,10 +37,12 @@ type setKey struct {
 // collSet is one collective's ranks in a group: how many were issued, and
 // whether they disagree.
 type collSet struct {
-	key   setKey
-	first int // index in colls of its first rank
-	count int
-	bad   bool
+	key     setKey
+	first   int // index in colls of its first rank
+	count   int
+	bad     bool
+	evented bool        // runs as an event round (eventSet)
+	events  []hip.Event // every rank's ready then done events (eventSet)
 }
 
 var groupPool = sync.Pool{New: func() any { return &group{index: make(map[setKey]int)} }}
@@ -51,24 +54,29 @@ func (g *group) release() {
 	clear(g.regs)
 	clear(g.colls)
 	clear(g.peers)
+	clear(g.events)
 	clear(g.sets)
 	clear(g.index)
 	g.depth = 0
 	g.inits, g.ceInits, g.regs, g.colls = g.inits[:0], g.ceInits[:0], g.regs[:0], g.colls[:0]
-	g.setOf, g.sets, g.peers = g.setOf[:0], g.sets[:0], g.peers[:0]
+	g.setOf, g.sets, g.peers, g.events = g.setOf[:0], g.sets[:0], g.peers[:0], g.events[:0]
 	groupPool.Put(g)
 }
 
 type pendingColl struct {
-	c   *Comm
-	seq uint64
-	a   ce.Args
+	c      *Comm
+	seq    uint64
+	a      ce.Args
+	failed bool // a step of its event round failed: it takes no further step
 }
 
 var groups = struct {
 	sync.Mutex
 	m map[int]*group // by OS thread id
 }{m: make(map[int]*group)}
+
+// eventRounds counts the event rounds run (runEventSet), for tests.
+var eventRounds atomic.Uint64
 
 // openGroups counts threads inside a group, so that the common case (no
 // group anywhere) skips the lookup on the launch path.
@@ -224,6 +232,7 @@ func (g *group) launch() []error {
 		}
 	}
 	g.peers = append(g.peers[:0], make([]hip.DevicePtr, need)...) // grows once; no allocation after
+	g.events = append(g.events[:0], make([]hip.Event, need)...)
 	var errs []error
 	off := 0
 	for j := range g.sets {
@@ -258,6 +267,7 @@ func (g *group) launch() []error {
 				g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
 			}
 		}
+		st.events = g.events[off-2*n : off : off]
 	}
 	// Each launch makes its comm's device current; the caller's device
 	// comes back once, here, not after every rank (each device switch is
@@ -269,11 +279,85 @@ func (g *group) launch() []error {
 	}
 	defer rt.SetDevice(cur)
 	for i := range g.colls {
-		if g.sets[g.setOf[i]].bad {
+		st := &g.sets[g.setOf[i]]
+		switch {
+		case st.bad:
+			continue
+		case i == st.first && g.eventSet(st):
+			st.evented = true
+			errs = g.runEventSet(st, errs)
+		}
+		if st.evented {
 			continue
 		}
 		if err := g.colls[i].c.launchNow(&g.colls[i].a); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// eventSet reports whether the complete set st runs as an event round
+// (internal/ce event.go): its ranks were issued one right after another,
+// so that running them together keeps every stream's order of calls, and
+// every rank's engine takes it (ce.Engine.EventRound). It hands every rank
+// the events of all.
+func (g *group) eventSet(st *collSet) bool {
+	n := st.key.w.n
+	if st.events == nil || st.first+n > len(g.colls) {
+		return false
+	}
+	for i := st.first + 1; i < st.first+n; i++ {
+		if g.setOf[i] != g.setOf[st.first] {
+			return false
+		}
+	}
+	ready, done := st.events[:n:n], st.events[n:]
+	for i := st.first; i < st.first+n; i++ {
+		c := g.colls[i].c
+		c.engMu.Lock()
+		if ee, ok := c.eng.(eventEngine); ok {
+			ready[c.rank], done[c.rank] = ee.Events()
+		}
+		c.engMu.Unlock()
+		if ready[c.rank] == 0 {
+			return false
+		}
+	}
+	for i := st.first; i < st.first+n; i++ {
+		pc := &g.colls[i]
+		pc.a.PeerReady, pc.a.PeerDone = ready, done
+		if pc.c.usable(FuncName(pc.a.Func)) != nil {
+			return false
+		}
+		pc.c.engMu.Lock()
+		ee, ok := pc.c.eng.(eventEngine)
+		ok = ok && ee.EventRound(&pc.a)
+		pc.c.engMu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// runEventSet runs the event round of st: step k for every rank before
+// step k+1 for any (ce.Engine.Step). A rank whose step fails takes no
+// further step; the others go on, since an event wait never hangs on a
+// record that was not made (it waits for the one before).
+func (g *group) runEventSet(st *collSet, errs []error) []error {
+	eventRounds.Add(1)
+	n := st.key.w.n
+	for k := range 3 {
+		for i := st.first; i < st.first+n; i++ {
+			pc := &g.colls[i]
+			if pc.failed {
+				continue
+			}
+			if err := pc.c.stepNow(&pc.a, k); err != nil {
+				pc.failed = true
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errs
