@@ -136,11 +136,8 @@ func (e *Engine) EventRound(a *Args) bool {
 func (e *Engine) Step(a *Args, k int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.aborted {
-		return result.Errorf(result.InvalidUsage, "ce launch: communicator aborted")
-	}
-	if !e.live {
-		return result.Errorf(result.InvalidUsage, "ce launch: the CE engine of this communicator is finalized")
+	if err := e.usable("ce launch"); err != nil {
+		return err
 	}
 	r := &e.evr
 	if r.kind == evNone {
@@ -163,14 +160,8 @@ func (e *Engine) Step(a *Args, k int) error {
 		r.stepping = true
 		err := e.collective(a, r.chunk, false)
 		r.stepping = false
-		if jerr := e.join(s); err == nil {
-			err = jerr
-		}
 		if err != nil {
-			if _, ok := err.(*result.Error); ok {
-				return err
-			}
-			return launchErr(a.Func, "enqueue", err)
+			return err
 		}
 		if (r.kind == evHub) == (me == r.root) || r.kind == evPush {
 			return e.record(a.Func, e.evDone, s)

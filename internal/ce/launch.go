@@ -18,11 +18,8 @@ func (e *Engine) Launch(a *Args) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.evr.kind = evNone // a group that asked EventRound launches with flags after all
-	if e.aborted {
-		return result.Errorf(result.InvalidUsage, "ce launch: communicator aborted")
-	}
-	if !e.live {
-		return result.Errorf(result.InvalidUsage, "ce launch: the CE engine of this communicator is finalized")
+	if err := e.usable("ce launch"); err != nil {
+		return err
 	}
 	if e.lazy {
 		e.lazy = false
@@ -58,15 +55,8 @@ func (e *Engine) Launch(a *Args) error {
 		return launchErr(a.Func, "order after previous collective", err)
 	}
 	if chunk > 0 {
-		err = e.collective(a, chunk, capturing)
-		if jerr := e.join(s); err == nil {
-			err = jerr
-		}
-		if err != nil {
-			if _, ok := err.(*result.Error); ok {
-				return err
-			}
-			return launchErr(a.Func, "enqueue", err)
+		if err := e.collective(a, chunk, capturing); err != nil {
+			return err
 		}
 	}
 	if err := e.orderAfter(s, capturing); err != nil {
@@ -75,17 +65,39 @@ func (e *Engine) Launch(a *Args) error {
 	return nil
 }
 
-// collective enqueues a's copies and syncs (chunk > 0, a validated).
+// collective enqueues a's copies and syncs (chunk > 0, a validated) and
+// joins the side stream back; a runtime error comes back naming the call.
 func (e *Engine) collective(a *Args, chunk uintptr, capturing bool) error {
+	var err error
 	switch a.Func {
 	case FuncAllGather:
-		return e.allGather(a, chunk, capturing)
+		err = e.allGather(a, chunk, capturing)
 	case FuncAlltoAll:
-		return e.alltoAll(a, chunk, capturing)
+		err = e.alltoAll(a, chunk, capturing)
 	case FuncScatter:
-		return e.scatter(a, chunk, capturing)
+		err = e.scatter(a, chunk, capturing)
 	case FuncGather:
-		return e.gather(a, chunk, capturing)
+		err = e.gather(a, chunk, capturing)
+	}
+	if jerr := e.join(a.Stream); err == nil {
+		err = jerr
+	}
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*result.Error); ok {
+		return err
+	}
+	return launchErr(a.Func, "enqueue", err)
+}
+
+// usable refuses a call after Abort or Finalize; who names the caller.
+func (e *Engine) usable(who string) error {
+	if e.aborted {
+		return result.Errorf(result.InvalidUsage, "%s: communicator aborted", who)
+	}
+	if !e.live {
+		return result.Errorf(result.InvalidUsage, "%s: the CE engine of this communicator is finalized", who)
 	}
 	return nil
 }
@@ -110,11 +122,8 @@ func (e *Engine) OrderAfter(s hip.Stream) error { return e.orderOutside(s, false
 func (e *Engine) orderOutside(s hip.Stream, before bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.aborted {
-		return result.Errorf(result.InvalidUsage, "ce: communicator aborted")
-	}
-	if !e.live {
-		return result.Errorf(result.InvalidUsage, "ce: the CE engine of this communicator is finalized")
+	if err := e.usable("ce"); err != nil {
+		return err
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return err
