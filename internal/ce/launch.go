@@ -17,7 +17,7 @@ func (e *Engine) Launch(a *Args) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.evr.kind = evNone // a group that asked EventRound launches with flags after all
+	e.evr = evRound{} // a group that asked EventRound launches with flags after all
 	if err := e.usable("ce launch"); err != nil {
 		return err
 	}

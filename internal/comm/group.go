@@ -21,7 +21,7 @@ type group struct {
 	colls   []pendingColl
 
 	// launch's scratch: the set of each collective (same world and
-	// sequence), and every complete set's peer buffers.
+	// sequence), and every complete set's peer buffers and events.
 	setOf  []int
 	sets   []collSet
 	index  map[setKey]int
