@@ -1173,6 +1173,12 @@ static void parseList(const char* s) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* Several ranks on one GPU park one stream each on flag waits; with the
+   * driver's 8 hardware queues per context, 8 of them stall the GPU (cecoll
+   * refuses such a communicator). This program makes the contexts before
+   * either library loads, so it asks for the most queues itself, unless
+   * the caller chose a number. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (argc < 2 || argv[1][0] == '-') usage();
   mode = argv[1];
   int isInfo = !strcmp(mode, "info"), isCeil = !strcmp(mode, "ceil"), isPerf = !strcmp(mode, "perf"),

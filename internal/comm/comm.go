@@ -3,6 +3,7 @@ package comm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
@@ -223,19 +224,24 @@ func onThreads(comms []*Comm, f func(*Comm) error) []error {
 	return errs
 }
 
+// firstError returns the first of errs and logs the others, each distinct
+// message once (every rank of a device may fail the same way).
 func firstError(errs []error) error {
 	var first error
-	n := 0
+	same := 0
 	for _, e := range errs {
-		if e == nil {
-			continue
-		}
-		if first == nil {
+		switch {
+		case e == nil:
+		case first == nil:
 			first = e
-		} else {
+		case e.Error() == first.Error():
+			same++
+		default:
 			log.Warnf("also failed: %v", e)
 		}
-		n++
+	}
+	if same > 0 {
+		log.Warnf("%d more failed with the same error", same)
 	}
 	return first
 }
@@ -274,12 +280,19 @@ func (c *Comm) initCollective() error {
 		return err
 	}
 	c.oneDevice = true
+	local := 0 // ranks in this process on this device, this one included
 	for r, p := range all {
 		same := len(p) == len(b) && [16]byte(p) == b
 		if r != c.rank && same {
 			c.devShared = true
 		}
+		if same {
+			local++
+		}
 		c.oneDevice = c.oneDevice && same
+	}
+	if err := checkQueues(c.rt, c.dev, local); err != nil {
+		return err
 	}
 	eng, err := newEngine(c, ce.ConfigFromEnv())
 	if err != nil {
@@ -289,6 +302,26 @@ func (c *Comm) initCollective() error {
 	c.eng = eng
 	c.engMu.Unlock()
 	return nil
+}
+
+// checkQueues refuses a communicator whose ranks in this process on dev
+// could fill the device's hardware queues: a flag sync parks one stream
+// per rank, and once every queue holds a parked stream no other stream of
+// the process runs there, the releasing writes included (Caps.StreamQueues).
+// That would hang on the first collective; an error now says how to fix it.
+func checkQueues(rt hip.Runtime, dev, local int) error {
+	const maxQueues = 32 // CUDA's most
+	q := rt.Caps().StreamQueues
+	if q == 0 || local < q {
+		return nil
+	}
+	fix := fmt.Sprintf("run at most %d ranks per device per process", q-1)
+	if q < maxQueues {
+		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA, or %s", maxQueues, fix)
+	}
+	return result.Errorf(result.InvalidUsage,
+		"%d ranks of this communicator share device %d in this process, but its context has %d hardware queues "+
+			"(CUDA_DEVICE_MAX_CONNECTIONS): their flag syncs would stall the GPU; %s", local, dev, q, fix)
 }
 
 // onDevice runs f with the comm's device current on the calling thread,

@@ -69,6 +69,52 @@ func TestInitRankThreads(t *testing.T) {
 	destroyAll(t, comms)
 }
 
+// queuesRT reports a hardware-queue limit (hip.Caps.StreamQueues), as the
+// nvidia backend does, over the host device.
+type queuesRT struct {
+	hip.Runtime
+	queues int
+}
+
+func (r queuesRT) Caps() hip.Caps {
+	c := r.Runtime.Caps()
+	c.StreamQueues = r.queues
+	return c
+}
+
+// TestQueueLimit: ranks of one process on one device that could park as
+// many streams as the context has hardware queues would deadlock the GPU
+// (checkQueues); creation refuses them with an error that says what to set,
+// in both creation paths, and counts only the ranks of one device.
+func TestQueueLimit(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	useFakeEngine(t)
+	rt := queuesRT{newRT(t, 2), 4}
+
+	comms, err := InitAll(rt, 3, []int{0, 0, 0}, DefaultConfig())
+	require.NoError(t, err, "3 ranks on a device of 4 queues")
+	destroyAll(t, comms)
+	comms, err = InitAll(rt, 6, []int{0, 1, 0, 1, 0, 1}, DefaultConfig())
+	require.NoError(t, err, "3 ranks on each of two devices of 4 queues")
+	destroyAll(t, comms)
+
+	_, err = InitAll(rt, 5, []int{0, 0, 1, 0, 0}, DefaultConfig())
+	requireCode(t, result.InvalidUsage, err)
+	require.ErrorContains(t, err, "4 ranks of this communicator share device 0 in this process")
+	require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS=32")
+
+	_, errs := initThreads(t, rt, []int{1, 1, 1, 1})
+	for r, err := range errs {
+		requireCode(t, result.InvalidUsage, err)
+		require.ErrorContains(t, err, "share device 1", "rank %d", r)
+	}
+
+	_, err = InitAll(queuesRT{rt.Runtime, 32}, 32, make([]int, 32), DefaultConfig())
+	requireCode(t, result.InvalidUsage, err)
+	require.ErrorContains(t, err, "run at most 31 ranks per device per process")
+	require.NotContains(t, err.Error(), "set CUDA_DEVICE_MAX_CONNECTIONS")
+}
+
 func TestInitRankGroupOneThread(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	useFakeEngine(t)

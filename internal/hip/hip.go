@@ -143,6 +143,11 @@ type Caps struct {
 	// SplitWaitReset: within one memop batch writes may overtake waits
 	// (HIP), so waits and the writes after them go in separate batches.
 	SplitWaitReset bool
+	// StreamQueues: once this many streams of the process wait on one
+	// device at once, no other work of the process runs there (CUDA: the
+	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS; measured by
+	// bench/h200/chanpark.cu). 0: no such limit is known.
+	StreamQueues int
 }
 
 // Runtime is the device runtime. Every method is safe for concurrent use.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -51,7 +52,7 @@ func Open() (*Runtime, error) { return openOnce() }
 
 // openPath is Open for an explicit library path (tests load fakes with it).
 func openPath(path string) (*Runtime, error) {
-	raiseConnections()
+	userConns, userSet := raiseConnections()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), path) {
@@ -65,6 +66,10 @@ func openPath(path string) (*Runtime, error) {
 	if err := r.fn.load(h); err != nil {
 		return nil, err
 	}
+	// Before cuInit: has the process initialised the driver already? Then
+	// it may have created contexts before CUDA_DEVICE_MAX_CONNECTIONS was set.
+	var n0 int32
+	preInit := r.call(r.fn.deviceGetCount, uintptr(unsafe.Pointer(&n0))) == nil
 	if err := r.call(r.fn.init, 0); err != nil {
 		return nil, fmt.Errorf("%s: cuInit: %w", path, err)
 	}
@@ -79,6 +84,14 @@ func openPath(path string) (*Runtime, error) {
 		return nil, fmt.Errorf("%s: no CUDA device: %w", path, hip.ErrNoDevice)
 	}
 	r.version, r.ndev = int(v), int(n)
+	preCtx := false
+	for d := range n {
+		var flags uint32
+		var active int32
+		if r.call(r.fn.primaryCtxGetState, uintptr(d), uintptr(unsafe.Pointer(&flags)), uintptr(unsafe.Pointer(&active))) == nil && active != 0 {
+			preCtx = true
+		}
+	}
 	r.ctx = make([]uintptr, n)
 	r.vmm = make([]int8, n)
 	r.gran = make([]uintptr, n)
@@ -91,7 +104,10 @@ func openPath(path string) (*Runtime, error) {
 		// Never: cuMulticastCreate is forbidden on the lent GPU machines.
 		Multicast:      false,
 		SplitWaitReset: false,
+		StreamQueues:   streamQueues(userConns, userSet, preInit, preCtx),
 	}
+	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v, a primary context active before cecoll: %v)",
+		r.caps.StreamQueues, connectionsVar, userConns, preInit, preCtx)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
 		r.caps.BatchCopy, r.batchV2 = true, true
@@ -614,23 +630,62 @@ func (r *Runtime) MulticastCreate(members []hip.DevicePtr, size uintptr) (hip.De
 // MulticastDestroy always returns hip.ErrNotSupported (see MulticastCreate).
 func (r *Runtime) MulticastDestroy(mc hip.DevicePtr) error { return hip.ErrNotSupported }
 
+// connectionsVar is the driver's variable for the number of hardware
+// queues per context (default 8, at most 32).
+const connectionsVar = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+// Hardware queues per context: the driver's default and its maximum.
+const (
+	defaultConnections = 8
+	maxConnections     = 32
+)
+
 // raiseConnections asks the driver for 32 hardware queues per context
 // (CUDA_DEVICE_MAX_CONNECTIONS, default 8) unless the user chose a number.
 // Several ranks share one GPU in cecoll, each parking its stream on a
-// wait-value during a flag sync; once the parked streams fill the default
-// 8 queues, streams mapped to the same queues (a peer's releasing write,
-// the legacy stream) stall behind them and the GPU deadlocks, as measured
-// on the H200. The variable only counts before the first context of the
-// process is created, so the README says to set it where CUDA is
-// initialised before cecoll.
-func raiseConnections() {
-	v, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS")
+// wait-value during a flag sync; once the parked streams fill the
+// context's queues, every other stream of the process stalls, a peer's
+// releasing write included, and the GPU deadlocks (bench/h200/chanpark.cu
+// on the H200: 7 parked streams of 8 queues stall nothing, 8 stall all;
+// with 32 queues, 31 and 32). The variable only counts before the process's
+// first context is created; streamQueues says what holds. It returns the
+// variable as the user left it.
+func raiseConnections() (v string, set bool) {
+	v, set = os.LookupEnv(connectionsVar)
 	if !set {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
-		os.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-		log.Infof("nvidia: CUDA_DEVICE_MAX_CONNECTIONS=32 (set by cecoll before cuInit; without effect if the process already created a CUDA context)")
-		return
+		os.Setenv(connectionsVar, strconv.Itoa(maxConnections))
+		log.Infof("nvidia: %s=%d (set by cecoll before cuInit; without effect if the process already created a CUDA context)", connectionsVar, maxConnections)
+		return v, set
 	}
-	log.Infof("nvidia: CUDA_DEVICE_MAX_CONNECTIONS=%s (from the environment)", v)
+	log.Infof("nvidia: %s=%s (from the environment)", connectionsVar, v)
+	return v, set
+}
+
+// envReadAtInit: the driver reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit,
+// not when it creates a context, so a process that initialised the driver
+// before cecoll keeps the default (H200, CUDA 13.0: chanpark with
+// CHANPARK_LATE=1 stalls from 8 parked streams).
+const envReadAtInit = true
+
+// streamQueues is Caps.StreamQueues: the hardware queues the process's
+// contexts have. v, set: the variable as the process started (before
+// raiseConnections); preInit: the driver was initialised before cecoll;
+// preCtx: a primary context was active before cecoll. A value the user set
+// counts: as measured on the H200 (chanpark), the driver caps it at 32 and
+// keeps its default 8 for 0 or a word. Else cecoll's 32 count unless the
+// driver was initialised first: then the default 8 holds.
+func streamQueues(v string, set, preInit, preCtx bool) int {
+	if set {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return defaultConnections
+		}
+		return min(n, maxConnections)
+	}
+	if preCtx || preInit && envReadAtInit {
+		return defaultConnections
+	}
+	return maxConnections
 }

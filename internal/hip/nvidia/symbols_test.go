@@ -111,3 +111,27 @@ func TestMulticastNeverSupported(t *testing.T) {
 	require.ErrorIs(t, err, hip.ErrNotSupported)
 	require.ErrorIs(t, r.MulticastDestroy(1), hip.ErrNotSupported)
 }
+
+// TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
+// reads it (measured with bench/h200/chanpark.cu), else cecoll's 32 unless
+// the driver was initialised before cecoll set the variable.
+func TestStreamQueues(t *testing.T) {
+	for _, tc := range []struct {
+		v                 string
+		set, init, active bool
+		want              int
+	}{
+		{"", false, false, false, 32},
+		{"", false, false, true, 8},
+		{"", false, true, true, 8},
+		{"16", true, false, false, 16},
+		{" 4 ", true, true, true, 4},
+		{"64", true, false, false, 32},
+		{"0", true, false, false, 8},
+		{"-3", true, false, false, 8},
+		{"many", true, false, false, 8},
+	} {
+		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.init, tc.active), "%+v", tc)
+	}
+	require.Equal(t, 8, streamQueues("", false, true, false), "driver initialised, no context yet: the variable counts only at cuInit")
+}
