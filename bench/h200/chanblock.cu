@@ -16,16 +16,9 @@
 // Usage: chanblock X Y W [K=40] [kstart=1]. Prints one line per k:
 //   CHAN X= Y= W= k= blocked=0|1 released=kernel|stuck
 // Build on the GPU machine: nvcc -O2 -o chanblock bench/h200/chanblock.cu -lcuda
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <unistd.h>
-#include <cuda.h>
-#include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
-#define CU(x) do { CUresult e = (x); if (e != CUDA_SUCCESS) { const char* m; cuGetErrorString(e, &m); printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, m); exit(1); } } while (0)
+#include "probe.h"
 
 __global__ void setFlag(unsigned* f) { *f = 1; }
 __global__ void spin(unsigned* p) { if (threadIdx.x == 0) atomicAdd(p, 1); }
@@ -41,17 +34,6 @@ static void op(const char* kind, cudaStream_t s, char* dst, char* src) {
     CU(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)scratch, 7, CU_STREAM_WRITE_VALUE_DEFAULT));
   else if (!strcmp(kind, "kernel")) spin<<<1, 32, 0, s>>>(scratch + 1);
   else if (strcmp(kind, "none")) { printf("unknown op %s\n", kind); exit(2); }
-}
-
-static bool finished(cudaStream_t s, int ms) {
-  auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    cudaError_t q = cudaStreamQuery(s);
-    if (q == cudaSuccess) return true;
-    if (q != cudaErrorNotReady) CK(q);
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(ms)) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
 }
 
 int main(int argc, char** argv) {

@@ -14,27 +14,9 @@
 // stream's work is captured into a graph and launched on it (CHANPARK_REPLAYS=R: R times);
 // CHANPARK_TRACE=1 prints a line per launch (a launch can block on the host).
 // Build on the GPU machine: nvcc -O2 -o chanpark bench/h200/chanpark.cu -lcuda
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <unistd.h>
-#include <cuda.h>
-#include <cuda_runtime.h>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define CU(x) do { CUresult e_ = (x); if (e_ != CUDA_SUCCESS) { const char* m; cuGetErrorString(e_, &m); printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, m); exit(1); } } while (0)
-
-static bool finished(cudaStream_t s, int ms) {
-  auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    cudaError_t q = cudaStreamQuery(s);
-    if (q == cudaSuccess) return true;
-    if (q != cudaErrorNotReady) CK(q);
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(ms)) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
+#include "probe.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) { printf("usage: chanpark P Q W [probe]\n"); return 2; }
