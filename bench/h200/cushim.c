@@ -84,7 +84,7 @@ static u64 mono_ns(void) {
  * queries); session.sh step D5 checks symbols.go's names against this list. */
 #define CUSHIM_SYMBOLS(X)                                                                                 \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                   \
-  X(cuDeviceGetAttribute) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxGetState) X(cuCtxSetCurrent) \
+  X(cuDeviceGetAttribute) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)         \
   X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuMemGetAllocationGranularity)               \
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap)     \
   X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                     \

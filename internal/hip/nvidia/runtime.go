@@ -84,14 +84,6 @@ func openPath(path string) (*Runtime, error) {
 		return nil, fmt.Errorf("%s: no CUDA device: %w", path, hip.ErrNoDevice)
 	}
 	r.version, r.ndev = int(v), int(n)
-	preCtx := false
-	for d := range n {
-		var flags uint32
-		var active int32
-		if r.call(r.fn.primaryCtxGetState, uintptr(d), uintptr(unsafe.Pointer(&flags)), uintptr(unsafe.Pointer(&active))) == nil && active != 0 {
-			preCtx = true
-		}
-	}
 	r.ctx = make([]uintptr, n)
 	r.vmm = make([]int8, n)
 	r.gran = make([]uintptr, n)
@@ -104,10 +96,10 @@ func openPath(path string) (*Runtime, error) {
 		// Never: cuMulticastCreate is forbidden on the lent GPU machines.
 		Multicast:      false,
 		SplitWaitReset: false,
-		StreamQueues:   streamQueues(userConns, userSet, preInit, preCtx),
+		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
-	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v, a primary context active before cecoll: %v)",
-		r.caps.StreamQueues, connectionsVar, userConns, preInit, preCtx)
+	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
+		r.caps.StreamQueues, connectionsVar, userConns, preInit)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
 		r.caps.BatchCopy, r.batchV2 = true, true
@@ -647,36 +639,30 @@ const (
 // context's queues, every other stream of the process stalls, a peer's
 // releasing write included, and the GPU deadlocks (bench/h200/chanpark.cu
 // on the H200: 7 parked streams of 8 queues stall nothing, 8 stall all;
-// with 32 queues, 31 and 32). The variable only counts before the process's
-// first context is created; streamQueues says what holds. It returns the
-// variable as the user left it.
+// with 32 queues, 31 and 32). The variable only counts if set before the
+// driver's cuInit; streamQueues says what holds. It returns the variable as
+// the user left it.
 func raiseConnections() (v string, set bool) {
 	v, set = os.LookupEnv(connectionsVar)
 	if !set {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
 		os.Setenv(connectionsVar, strconv.Itoa(maxConnections))
-		log.Infof("nvidia: %s=%d (set by cecoll before cuInit; without effect if the process already created a CUDA context)", connectionsVar, maxConnections)
+		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", connectionsVar, maxConnections)
 		return v, set
 	}
 	log.Infof("nvidia: %s=%s (from the environment)", connectionsVar, v)
 	return v, set
 }
 
-// envReadAtInit: the driver reads CUDA_DEVICE_MAX_CONNECTIONS at cuInit,
-// not when it creates a context, so a process that initialised the driver
-// before cecoll keeps the default (H200, CUDA 13.0: chanpark with
-// CHANPARK_LATE=1 stalls from 8 parked streams).
-const envReadAtInit = true
-
 // streamQueues is Caps.StreamQueues: the hardware queues the process's
 // contexts have. v, set: the variable as the process started (before
-// raiseConnections); preInit: the driver was initialised before cecoll;
-// preCtx: a primary context was active before cecoll. A value the user set
-// counts: as measured on the H200 (chanpark), the driver caps it at 32 and
-// keeps its default 8 for 0 or a word. Else cecoll's 32 count unless the
-// driver was initialised first: then the default 8 holds.
-func streamQueues(v string, set, preInit, preCtx bool) int {
+// raiseConnections); preInit: the driver was initialised before cecoll.
+// As measured on the H200 (chanpark), the driver reads the variable at
+// cuInit, not when it makes a context, caps it at 32 and keeps its default
+// 8 for 0 or a word. So a value the user set counts; else cecoll's 32,
+// unless the driver was initialised before cecoll set it: then the 8.
+func streamQueues(v string, set, preInit bool) int {
 	if set {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 {
@@ -684,7 +670,7 @@ func streamQueues(v string, set, preInit, preCtx bool) int {
 		}
 		return min(n, maxConnections)
 	}
-	if preCtx || preInit && envReadAtInit {
+	if preInit {
 		return defaultConnections
 	}
 	return maxConnections

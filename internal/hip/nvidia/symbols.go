@@ -16,7 +16,6 @@ const libName = "libcuda.so.1"
 type syms struct {
 	init, driverGetVersion, deviceGetCount, deviceGet, deviceGetName   uintptr
 	deviceGetAttribute, deviceCanAccessPeer, primaryCtxRetain          uintptr
-	primaryCtxGetState                                                 uintptr
 	ctxSetCurrent, ctxGetCurrent, ctxGetDevice, ctxSynchronize         uintptr
 	memGetAllocationGranularity, memCreate, memRelease                 uintptr
 	memAddressReserve, memAddressFree, memMap, memUnmap, memSetAccess  uintptr
@@ -58,7 +57,6 @@ func (s *syms) table() []symbol {
 		{name: "cuDeviceGetAttribute", proto: "CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)", fn: &s.deviceGetAttribute},
 		{name: "cuDeviceCanAccessPeer", proto: "CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)", fn: &s.deviceCanAccessPeer},
 		{name: "cuDevicePrimaryCtxRetain", proto: "CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)", fn: &s.primaryCtxRetain},
-		{name: "cuDevicePrimaryCtxGetState", proto: "CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)", fn: &s.primaryCtxGetState},
 		{name: "cuCtxSetCurrent", proto: "CUresult cuCtxSetCurrent(CUcontext ctx)", fn: &s.ctxSetCurrent},
 		{name: "cuCtxGetCurrent", proto: "CUresult cuCtxGetCurrent(CUcontext *pctx)", fn: &s.ctxGetCurrent},
 		{name: "cuCtxGetDevice", proto: "CUresult cuCtxGetDevice(CUdevice *device)", fn: &s.ctxGetDevice},

@@ -117,21 +117,19 @@ func TestMulticastNeverSupported(t *testing.T) {
 // the driver was initialised before cecoll set the variable.
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {
-		v                 string
-		set, init, active bool
-		want              int
+		v         string
+		set, init bool
+		want      int
 	}{
-		{"", false, false, false, 32},
-		{"", false, false, true, 8},
-		{"", false, true, true, 8},
-		{"16", true, false, false, 16},
-		{" 4 ", true, true, true, 4},
-		{"64", true, false, false, 32},
-		{"0", true, false, false, 8},
-		{"-3", true, false, false, 8},
-		{"many", true, false, false, 8},
+		{"", false, false, 32},
+		{"", false, true, 8},
+		{"16", true, false, 16},
+		{" 4 ", true, true, 4},
+		{"64", true, false, 32},
+		{"0", true, false, 8},
+		{"-3", true, false, 8},
+		{"many", true, false, 8},
 	} {
-		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.init, tc.active), "%+v", tc)
+		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.init), "%+v", tc)
 	}
-	require.Equal(t, 8, streamQueues("", false, true, false), "driver initialised, no context yet: the variable counts only at cuInit")
 }
