@@ -310,14 +310,13 @@ func (c *Comm) initCollective() error {
 // the process runs there, the releasing writes included (Caps.StreamQueues).
 // That would hang on the first collective; an error now says how to fix it.
 func checkQueues(rt hip.Runtime, dev, local int) error {
-	const maxQueues = 32 // CUDA's most
 	q := rt.Caps().StreamQueues
 	if q == 0 || local < q {
 		return nil
 	}
 	fix := fmt.Sprintf("run at most %d ranks per device per process", q-1)
-	if q < maxQueues {
-		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA, or %s", maxQueues, fix)
+	if q < hip.MaxStreamQueues {
+		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA, or %s", hip.MaxStreamQueues, fix)
 	}
 	return result.Errorf(result.InvalidUsage,
 		"%d ranks of this communicator share device %d in this process, but its context has %d hardware queues "+

@@ -150,6 +150,10 @@ type Caps struct {
 	StreamQueues int
 }
 
+// MaxStreamQueues is the most hardware queues a CUDA context can have
+// (CUDA_DEVICE_MAX_CONNECTIONS is capped there).
+const MaxStreamQueues = 32
+
 // Runtime is the device runtime. Every method is safe for concurrent use.
 // Methods that act on "the current device" use the calling OS thread's.
 type Runtime interface {

@@ -629,7 +629,7 @@ const connectionsVar = "CUDA_DEVICE_MAX_CONNECTIONS"
 // Hardware queues per context: the driver's default and its maximum.
 const (
 	defaultConnections = 8
-	maxConnections     = 32
+	maxConnections     = hip.MaxStreamQueues
 )
 
 // raiseConnections asks the driver for 32 hardware queues per context
