@@ -1,0 +1,66 @@
+package param
+
+import (
+	"math"
+	"time"
+)
+
+// Every environment variable cecoll reads, once each. README's tables and
+// docs/tuning.md follow these declarations (docs_test.go checks them).
+var (
+	// Backend is read by internal/hip/backend, which refuses a bad value.
+	Backend = newChoice("CECOLL_BACKEND", User, "auto", []string{"auto", "nvidia", "amd", "host"},
+		"device runtime: auto (the first GPU backend that loads, else the host device), nvidia, amd or host").strictly()
+	Debug = newChoice("CECOLL_DEBUG", User, "WARN", []string{"NONE", "WARN", "INFO", "TRACE"},
+		"log level: NONE, WARN, INFO (set-up decisions, the path each call took) or TRACE")
+	DebugFile = newString("CECOLL_DEBUG_FILE", User, "stderr", "a path",
+		"log file instead of stderr; %h becomes the host name, %p the pid")
+
+	// The engine's (internal/ce). Every rank of a communicator must see the
+	// same values: they decide how many flag syncs a call makes.
+	StagingBytes = newBytes[uintptr]("CECOLL_STAGING_BYTES", User, 32<<20, 4<<10, 64<<30,
+		"internal staging window per rank, for buffers outside any window")
+	IntraBatchSyncFreq = newBytes[int]("CECOLL_INTRA_BATCH_SYNC_FREQ", Tuning, 8, 1, 1<<20,
+		"copies per sub-batch when intra-batch sync applies")
+	IntraBatchSyncThreshold = newBytes[uint64]("CECOLL_INTRA_BATCH_SYNC_THRESHOLD", Tuning, 512<<20, 1, 1<<40,
+		"bytes (chunk x ranks) from which AllGather and AlltoAll split their copies into sub-batches with a sync between them")
+	FlagWrite = newChoice("CECOLL_FLAG_WRITE", Tuning, "auto", []string{"auto", "value", "copy"},
+		"how flags reach peers: value (stream write-value), copy (4-byte copies from a device word), auto (value where the driver allows it and no other rank of the process shares the device)")
+	Sync = newChoice("CECOLL_SYNC", Tuning, "auto", []string{"auto", "allpairs", "star"},
+		"flag-sync algorithm: allpairs (every rank writes every peer), star (rank 0 gathers and releases), auto (star from 4 ranks up unless the device has multicast)")
+	HubBytes = newBytes[int64]("CECOLL_HUB_BYTES", Tuning, 4<<20, 0, 1<<40,
+		"largest grouped AllGather (chunk x ranks) with every rank on one device that runs as one hub round at rank 0; 0 turns hub rounds off")
+	Events = newBool("CECOLL_EVENTS", Tuning, true,
+		"1: a grouped one-round call with every rank on one device in this process syncs its streams with events; 0: flag signals always")
+	Timeout = newSeconds("CECOLL_TIMEOUT", User, 600*time.Second,
+		"seconds a multi-process collective may stay pending without progress before ncclRemoteError; also finalize's wait for the last collective")
+	AbortTimeout = newSeconds("CECOLL_ABORT_TIMEOUT", User, 5*time.Second,
+		"finalize's wait for the last collective after an abort, in seconds")
+	CheckPointers = newBool("CECOLL_CHECK_POINTERS", User, false,
+		"1: refuse, at the call, buffers that are neither device nor pinned host memory (as NCCL_CHECK_POINTERS)")
+
+	// The communicators' (internal/comm).
+	BootstrapTimeout = newSeconds("CECOLL_BOOTSTRAP_TIMEOUT", User, 300*time.Second,
+		"seconds a rank waits for its peers at init and at window registration")
+	Check = newBool("CECOLL_CHECK", User, false,
+		"1: the ranks of a multi-process communicator cross-check every collective's signature")
+	NCCLSocketIfname = newString("NCCL_SOCKET_IFNAME", User, "loopback", "as CECOLL_SOCKET_IFNAME",
+		"NCCL's name for CECOLL_SOCKET_IFNAME, read when that is blank")
+	SocketIfname = newString("CECOLL_SOCKET_IFNAME", User, "loopback", "name prefixes, =name exact, ^ excludes; comma list",
+		"interface of the bootstrap listener; blank: NCCL_SOCKET_IFNAME, else loopback").orElse(NCCLSocketIfname)
+
+	// The CUDA driver's, read and set by internal/hip/nvidia.
+	CUDADeviceMaxConnections = newString("CUDA_DEVICE_MAX_CONNECTIONS", User, "set to 32 by cecoll when unset", "1..32 (the driver caps larger values)",
+		"hardware queues per context; a communicator with that many ranks on one device in one process is refused")
+
+	// The host device's (internal/hip/host), which refuses a bad value: a
+	// test run on another device than the one asked for proves nothing.
+	HostDevices = newInt[int]("CECOLL_HOST_DEVICES", Host, 8, 1, 4096, "an integer in 1..4096",
+		"number of virtual devices; several ranks may share one").strictly()
+	HostChaos = newInt[int64]("CECOLL_HOST_CHAOS", Host, 0, math.MinInt64, math.MaxInt64, "an int64 seed",
+		"seed of the adversarial scheduler (0: off): shuffles and splits each batch's copies and delays streams, reproducibly").strictly()
+	HostInline = newBool("CECOLL_HOST_INLINE", Host, true,
+		"0: every op runs on its stream's worker goroutine; 1: an enqueueing thread runs what completes at once itself (off under chaos)").strictly()
+	HostCaps = newList("CECOLL_HOST_CAPS", Host, []string{"nobatchcopy", "noattrs", "nopeerwrite", "nomulticast", "hipbatches"},
+		"capabilities to switch off (nobatchcopy, noattrs, nopeerwrite, nomulticast) and hipbatches (HIP's memop order)").strictly()
+)
