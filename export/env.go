@@ -10,6 +10,8 @@ import "C"
 import (
 	"os"
 	"strings"
+
+	"cecoll/internal/log"
 )
 
 // goexp_cecollSyncEnv copies the C library's environment into the Go
@@ -17,14 +19,16 @@ import (
 // library starts with the environment the process had at exec, so a
 // variable the application set later (Python's os.environ, setenv in C)
 // would otherwise never reach cecoll's settings. Later changes are not
-// seen, as with NCCL, which reads its variables once.
+// seen, as with NCCL, which reads its variables once. The log is then set
+// up, so that a bad value of any variable (internal/param) is reported
+// through it.
 //
 //export goexp_cecollSyncEnv
 func goexp_cecollSyncEnv() {
 	for i := 0; ; i++ {
 		p := C.env_at(C.int(i))
 		if p == nil {
-			return
+			break
 		}
 		k, v, ok := strings.Cut(C.GoString(p), "=")
 		if !ok || k == "" {
@@ -34,4 +38,5 @@ func goexp_cecollSyncEnv() {
 			os.Setenv(k, v)
 		}
 	}
+	log.Setup()
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"cecoll/internal/osthread"
+	"cecoll/internal/param"
 )
 
 // Level orders the verbosity.
@@ -33,7 +34,7 @@ var (
 )
 
 func setup() {
-	switch strings.ToUpper(os.Getenv("CECOLL_DEBUG")) {
+	switch param.Debug.Get() {
 	case "NONE":
 		level = LevelNone
 	case "INFO":
@@ -44,7 +45,7 @@ func setup() {
 		level = LevelWarn
 	}
 	host, _ := os.Hostname()
-	if name := os.Getenv("CECOLL_DEBUG_FILE"); name != "" {
+	if name := param.DebugFile.Get(); name != "" {
 		name = strings.ReplaceAll(name, "%h", host)
 		name = strings.ReplaceAll(name, "%p", fmt.Sprint(os.Getpid()))
 		if f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
@@ -52,7 +53,15 @@ func setup() {
 		}
 	}
 	prefix = fmt.Sprintf("%s:%d", host, os.Getpid())
+	// From here on a bad value of any other variable is a log line, at
+	// this level and in this file.
+	param.SetWarn(func(msg string) { Warnf("%s", msg) })
 }
+
+// Setup reads CECOLL_DEBUG and CECOLL_DEBUG_FILE now rather than at the
+// first message, so that warnings about other variables go to the log from
+// the start. The export layer calls it once the environment is copied.
+func Setup() { once.Do(setup) }
 
 // Enabled reports whether messages of level l are printed. Check it before
 // building costly arguments.
