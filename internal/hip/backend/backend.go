@@ -2,7 +2,6 @@ package backend
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 
@@ -10,12 +9,10 @@ import (
 	"cecoll/internal/hip/amd"
 	"cecoll/internal/hip/host"
 	"cecoll/internal/hip/nvidia"
+	"cecoll/internal/param"
 )
 
-// EnvVar names the environment variable that picks the backend.
-const EnvVar = "CECOLL_BACKEND"
-
-// Accepted values of EnvVar ("" means Auto).
+// Accepted values of CECOLL_BACKEND (param.Backend; blank means Auto).
 const (
 	Auto   = "auto"
 	NVIDIA = "nvidia"
@@ -51,9 +48,17 @@ func nonNil[T hip.Runtime](rt T, err error) (hip.Runtime, error) {
 	return rt, nil
 }
 
-var open = sync.OnceValues(func() (hip.Runtime, error) { return OpenNamed(getenv()) })
+var open = sync.OnceValues(openFromEnv)
 
-func getenv() string { return os.Getenv(EnvVar) }
+// openFromEnv opens the backend CECOLL_BACKEND names. A bad value is an
+// error, never the default: auto could pick another backend than the one
+// the user meant.
+func openFromEnv() (hip.Runtime, error) {
+	if err := param.Backend.Err(); err != nil {
+		return nil, err
+	}
+	return OpenNamed(param.Backend.Get())
+}
 
 // Open returns the process's runtime, chosen on the first call from
 // CECOLL_BACKEND; later calls return the same runtime, or the same error.
@@ -63,21 +68,19 @@ func Open() (hip.Runtime, error) { return open() }
 // means auto) without caching. A named GPU backend that cannot load is an
 // error, never a silent fallback to another backend.
 func OpenNamed(name string) (hip.Runtime, error) {
-	v := strings.ToLower(strings.TrimSpace(name))
-	switch v {
-	case "", Auto:
-		return openAuto()
-	case NVIDIA, AMD, Host:
-		rt, err := openerFor(v)()
-		if err != nil {
-			return nil, fmt.Errorf("%s=%s: %w", EnvVar, v, err)
-		}
-		Logf("device backend: %s (%s=%s)", rt.Name(), EnvVar, v)
-		return rt, nil
-	default:
-		return nil, fmt.Errorf("%s=%q: unknown backend (accepted: %s, %s, %s, %s)",
-			EnvVar, name, Auto, NVIDIA, AMD, Host)
+	v, err := param.Backend.Parse(name)
+	if err != nil {
+		return nil, err
 	}
+	if v == Auto {
+		return openAuto()
+	}
+	rt, err := openerFor(v)()
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w", param.Backend.Name(), v, err)
+	}
+	Logf("device backend: %s (%s=%s)", rt.Name(), param.Backend.Name(), v)
+	return rt, nil
 }
 
 func openerFor(name string) func() (hip.Runtime, error) {
@@ -107,7 +110,7 @@ func openAuto() (hip.Runtime, error) {
 	rt, err := openHost()
 	if err != nil {
 		return nil, fmt.Errorf("%s=auto: no GPU backend (%s); host: %w",
-			EnvVar, strings.Join(skipped, "; "), err)
+			param.Backend.Name(), strings.Join(skipped, "; "), err)
 	}
 	Logf("device backend: host (auto: no GPU backend: %s)", strings.Join(skipped, "; "))
 	return rt, nil

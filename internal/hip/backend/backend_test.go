@@ -174,14 +174,14 @@ func TestAutoOrder(t *testing.T) {
 // resetOpen gives the test a fresh process-wide choice.
 func resetOpen(t *testing.T) {
 	old := open
-	open = sync.OnceValues(func() (hip.Runtime, error) { return OpenNamed(getenv()) })
+	open = sync.OnceValues(openFromEnv)
 	t.Cleanup(func() { open = old })
 }
 
 func TestOpenCachesRuntime(t *testing.T) {
 	resetOpen(t)
 	t.Setenv("CECOLL_HOST_DEVICES", "2")
-	t.Setenv(EnvVar, "host")
+	t.Setenv("CECOLL_BACKEND", "host")
 	var wg sync.WaitGroup
 	got := make([]hip.Runtime, 8)
 	for i := range got {
@@ -200,7 +200,7 @@ func TestOpenCachesRuntime(t *testing.T) {
 	for _, rt := range got {
 		require.True(t, rt == got[0], "every caller gets the same runtime")
 	}
-	t.Setenv(EnvVar, "bogus")
+	t.Setenv("CECOLL_BACKEND", "bogus")
 	rt, err := Open()
 	require.NoError(t, err, "the first choice stands")
 	require.True(t, rt == got[0])
@@ -208,10 +208,10 @@ func TestOpenCachesRuntime(t *testing.T) {
 
 func TestOpenCachesError(t *testing.T) {
 	resetOpen(t)
-	t.Setenv(EnvVar, "bogus")
+	t.Setenv("CECOLL_BACKEND", "bogus")
 	_, err1 := Open()
 	require.Error(t, err1)
-	t.Setenv(EnvVar, "host")
+	t.Setenv("CECOLL_BACKEND", "host")
 	rt, err2 := Open()
 	require.Nil(t, rt)
 	require.Equal(t, err1, err2)

@@ -2,15 +2,13 @@ package host
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/param"
 )
 
 // DefaultDevices is the number of virtual devices when CECOLL_HOST_DEVICES
-// is unset.
+// is unset (param.HostDevices' default; config_test.go checks they agree).
 const DefaultDevices = 8
 
 // Config configures a host Runtime.
@@ -44,15 +42,20 @@ var capSwitches = map[string]func(*hip.Caps){
 // ParseCaps applies a comma-separated CECOLL_HOST_CAPS list to DefaultCaps.
 // An unknown switch is an error naming it.
 func ParseCaps(list string) (hip.Caps, error) {
+	words, err := param.HostCaps.Parse(list)
+	if err != nil {
+		return DefaultCaps(), err
+	}
+	return applySwitches(words)
+}
+
+// applySwitches applies words of CECOLL_HOST_CAPS to DefaultCaps.
+func applySwitches(words []string) (hip.Caps, error) {
 	c := DefaultCaps()
-	for _, w := range strings.Split(list, ",") {
-		w = strings.ToLower(strings.TrimSpace(w))
-		if w == "" {
-			continue
-		}
+	for _, w := range words {
 		f, ok := capSwitches[w]
 		if !ok {
-			return c, fmt.Errorf("CECOLL_HOST_CAPS: unknown switch %q (known: nobatchcopy, noattrs, nopeerwrite, nomulticast, hipbatches)", w)
+			return c, fmt.Errorf("%s: switch %q has no effect in this package", param.HostCaps.Name(), w)
 		}
 		f(&c)
 	}
@@ -60,32 +63,21 @@ func ParseCaps(list string) (hip.Caps, error) {
 }
 
 // ConfigFromEnv reads CECOLL_HOST_DEVICES (default 8), CECOLL_HOST_CHAOS
-// (an int64 seed; unset or 0: off), CECOLL_HOST_INLINE (a boolean, default
-// on; 0 sets NoInline) and CECOLL_HOST_CAPS.
+// (an int64 seed; unset or 0: off), CECOLL_HOST_INLINE (0 or 1, default 1;
+// 0 sets NoInline) and CECOLL_HOST_CAPS. A bad value is an error naming the
+// variable: a test run on another device than the one asked for would
+// prove nothing.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Devices: DefaultDevices}
-	if v := strings.TrimSpace(os.Getenv("CECOLL_HOST_DEVICES")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return cfg, fmt.Errorf("CECOLL_HOST_DEVICES=%q: want a positive integer", v)
-		}
-		cfg.Devices = n
-	}
-	if v := strings.TrimSpace(os.Getenv("CECOLL_HOST_CHAOS")); v != "" {
-		n, err := strconv.ParseInt(v, 0, 64)
+	for _, err := range []error{param.HostDevices.Err(), param.HostChaos.Err(), param.HostInline.Err(), param.HostCaps.Err()} {
 		if err != nil {
-			return cfg, fmt.Errorf("CECOLL_HOST_CHAOS=%q: want an int64 seed", v)
+			return cfg, err
 		}
-		cfg.Chaos = n
 	}
-	if v := strings.TrimSpace(os.Getenv("CECOLL_HOST_INLINE")); v != "" {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return cfg, fmt.Errorf("CECOLL_HOST_INLINE=%q: want 0 or 1", v)
-		}
-		cfg.NoInline = !on
-	}
-	caps, err := ParseCaps(os.Getenv("CECOLL_HOST_CAPS"))
+	cfg.Devices = param.HostDevices.Get()
+	cfg.Chaos = param.HostChaos.Get()
+	cfg.NoInline = !param.HostInline.Get()
+	caps, err := applySwitches(param.HostCaps.Get())
 	if err != nil {
 		return cfg, err
 	}

@@ -1,11 +1,14 @@
 package host
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/param"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -41,6 +44,12 @@ func TestConfigFromEnv(t *testing.T) {
 			require.Equal(t, tc.want, cfg)
 		})
 	}
+}
+
+// The registry's declaration and this package agree.
+func TestConfigMatchesParam(t *testing.T) {
+	require.Equal(t, DefaultDevices, param.HostDevices.Default())
+	require.ElementsMatch(t, param.HostCaps.Info().Choices, slices.Collect(maps.Keys(capSwitches)))
 }
 
 func TestDevices(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
+	"cecoll/internal/param"
 )
 
 // Driver constants used here (cuda.h, gpu-abi.md).
@@ -99,7 +100,7 @@ func openPath(path string) (*Runtime, error) {
 		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
 	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
-		r.caps.StreamQueues, connectionsVar, userConns, preInit)
+		r.caps.StreamQueues, param.CUDADeviceMaxConnections.Name(), userConns, preInit)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
 		r.caps.BatchCopy, r.batchV2 = true, true
@@ -622,11 +623,8 @@ func (r *Runtime) MulticastCreate(members []hip.DevicePtr, size uintptr) (hip.De
 // MulticastDestroy always returns hip.ErrNotSupported (see MulticastCreate).
 func (r *Runtime) MulticastDestroy(mc hip.DevicePtr) error { return hip.ErrNotSupported }
 
-// connectionsVar is the driver's variable for the number of hardware
-// queues per context (default 8, at most 32).
-const connectionsVar = "CUDA_DEVICE_MAX_CONNECTIONS"
-
-// Hardware queues per context: the driver's default and its maximum.
+// Hardware queues per context (CUDA_DEVICE_MAX_CONNECTIONS): the driver's
+// default and its maximum.
 const (
 	defaultConnections = 8
 	maxConnections     = hip.MaxStreamQueues
@@ -641,17 +639,18 @@ const (
 // on the H200: 7 parked streams of 8 queues stall nothing, 8 stall all;
 // with 32 queues, 31 and 32). The variable only counts if set before the
 // driver's cuInit; streamQueues says what holds. It returns the variable as
-// the user left it.
+// the user left it (blank counts as unset).
 func raiseConnections() (v string, set bool) {
-	v, set = os.LookupEnv(connectionsVar)
+	p := param.CUDADeviceMaxConnections
+	v, set = p.Get(), p.IsSet()
 	if !set {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
-		os.Setenv(connectionsVar, strconv.Itoa(maxConnections))
-		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", connectionsVar, maxConnections)
+		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
+		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
 		return v, set
 	}
-	log.Infof("nvidia: %s=%s (from the environment)", connectionsVar, v)
+	log.Infof("nvidia: %s=%s (from the environment)", p.Name(), v)
 	return v, set
 }
 
