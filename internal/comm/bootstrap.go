@@ -1,11 +1,10 @@
 package comm
 
 import (
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
+	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
 
@@ -23,18 +22,9 @@ type Bootstrap interface {
 	Abort(err error)
 }
 
-// defaultBootTimeout bounds every bootstrap wait, so a missing rank is an
-// error rather than a hang. CECOLL_BOOTSTRAP_TIMEOUT (seconds) overrides it.
-const defaultBootTimeout = 300 * time.Second
-
-func bootTimeout() time.Duration {
-	if v := os.Getenv("CECOLL_BOOTSTRAP_TIMEOUT"); v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-			return time.Duration(s * float64(time.Second))
-		}
-	}
-	return defaultBootTimeout
-}
+// bootTimeout bounds every bootstrap wait, so a missing rank is an error
+// rather than a hang: CECOLL_BOOTSTRAP_TIMEOUT seconds (default 300).
+func bootTimeout() time.Duration { return param.BootstrapTimeout.Get() }
 
 // world is the shared state of the ranks of one communicator in this process.
 type world struct {

@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
+	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
 
@@ -61,7 +61,7 @@ type checkBoard struct {
 	closed bool
 }
 
-func checkEnabled() bool { return os.Getenv("CECOLL_CHECK") == "1" }
+func checkEnabled() bool { return param.Check.Get() }
 
 func (b *checkBoard) at(rank int, seq uint64) *slot {
 	i := (uint64(rank)*checkRing + seq%checkRing) * slotBytes

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"cecoll/internal/log"
+	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
 
@@ -58,13 +58,11 @@ func startRoot() (net.Listener, error) {
 // name, a leading "^" to exclude), else loopback: copy engines reach only
 // the GPUs of one node, so every rank is local.
 func listenAddr() (string, error) {
-	spec := os.Getenv("CECOLL_SOCKET_IFNAME")
-	if spec == "" {
-		spec = os.Getenv("NCCL_SOCKET_IFNAME")
-	}
-	if spec == "" {
+	given := param.SocketIfname.Get()
+	if given == "" {
 		return "127.0.0.1:0", nil
 	}
+	spec := given
 	exclude := strings.HasPrefix(spec, "^")
 	spec = strings.TrimPrefix(spec, "^")
 	exact := strings.HasPrefix(spec, "=")
@@ -114,7 +112,7 @@ func listenAddr() (string, error) {
 	if v6 != "" {
 		return v6, nil
 	}
-	return "", result.Errorf(result.SystemError, "ncclGetUniqueId: no interface with an address matches socket interface %q", os.Getenv("CECOLL_SOCKET_IFNAME")+os.Getenv("NCCL_SOCKET_IFNAME"))
+	return "", result.Errorf(result.SystemError, "ncclGetUniqueId: no interface with an address matches socket interface %q", given)
 }
 
 // Address families as Linux numbers them.

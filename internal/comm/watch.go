@@ -1,11 +1,10 @@
 package comm
 
 import (
-	"os"
 	"runtime"
-	"strconv"
 	"time"
 
+	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
 
@@ -17,16 +16,7 @@ import (
 // told through the bootstrap, and the engine is aborted so its queued
 // waits are released. No process then hangs forever on a silent peer.
 
-const defaultCollTimeout = 600 * time.Second
-
-func collTimeout() time.Duration {
-	if v := os.Getenv("CECOLL_TIMEOUT"); v != "" {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-			return time.Duration(s * float64(time.Second))
-		}
-	}
-	return defaultCollTimeout
-}
+func collTimeout() time.Duration { return param.Timeout.Get() }
 
 // pender is the engine's progress probe (ce.Engine.Pending).
 type pender interface{ Pending() bool }
