@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 	"cecoll/internal/hip/host"
 )
 
@@ -190,11 +190,7 @@ func TestPointerCacheHost(t *testing.T) {
 	k, err := c.Check(rt, hip.DevicePtr(unsafe.Pointer(&buf[0])), 64)
 	require.NoError(t, err)
 	require.Equal(t, hip.PtrDevice, k, "the host device's simplification")
-	m, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	require.NoError(t, err)
-	gone := hip.DevicePtr(unsafe.Pointer(&m[0]))
-	require.NoError(t, syscall.Munmap(m))
-	k, err = c.Check(rt, gone, 64)
+	k, err = c.Check(rt, hiptest.UnmappedPage(t), 64)
 	require.NoError(t, err)
 	require.Equal(t, hip.PtrUnmapped, k)
 }

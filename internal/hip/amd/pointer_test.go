@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 )
 
 // setPointer declares [p, p+n) to the fake as memory of a hipMemoryType
@@ -81,10 +82,7 @@ func TestPointerInfo(t *testing.T) {
 			f.setPointer(mem+3*page, page, hipMemoryTypeDevice, 1, true)
 			f.setPointer(mem+4*page, page, hipMemoryTypeUnified, 0, false)
 			f.setPointer(mem+5*page, page, hipMemoryTypeArray, 0, false)
-			g, err := syscall.Mmap(-1, 0, int(page), syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-			require.NoError(t, err)
-			gone := uintptr(unsafe.Pointer(&g[0]))
-			require.NoError(t, syscall.Munmap(g))
+			gone := uintptr(hiptest.UnmappedPage(t))
 			goMem := make([]byte, 64)
 			for _, c := range []struct {
 				name string

@@ -11,19 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 )
 
-// unmapped returns the address of n bytes that were mapped and are not any
-// more. Use it at once: the next mapping the process makes (the Go
-// runtime's own included) may land there again.
-func unmapped(t *testing.T, n uintptr) uintptr {
-	t.Helper()
-	m, err := syscall.Mmap(-1, 0, int(roundPage(n)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	require.NoError(t, err)
-	p := uintptr(unsafe.Pointer(&m[0]))
-	require.NoError(t, syscall.Munmap(m))
-	return p
-}
+// unmapped returns the address of a page that is not mapped (a copy of
+// any length from or to it faults at its first byte).
+func unmapped(t *testing.T) uintptr { return uintptr(hiptest.UnmappedPage(t)) }
 
 // pastEOF returns an address inside a shared file mapping but past the
 // end of its file: touching it raises SIGBUS, not SIGSEGV.
@@ -52,9 +45,7 @@ func TestFaultPrimitives(t *testing.T) {
 		name string
 		bad  func() uintptr
 	}{
-		// A fresh hole each time: the runtime's own mappings (stacks,
-		// metadata) land in a hole left there for long.
-		{"munmapped", func() uintptr { return unmapped(t, 1<<20) }},
+		{"munmapped", func() uintptr { return unmapped(t) }},
 		{"address-1", func() uintptr { return 1 }},
 		{"sigbus", func() uintptr { return bus }},
 	} {
@@ -74,7 +65,7 @@ func TestFaultPrimitives(t *testing.T) {
 			_, ok := loadWord(w)
 			require.False(t, ok, "load")
 			if c.name == "munmapped" {
-				w = unmapped(t, 4096)
+				w = unmapped(t)
 			}
 			require.False(t, rt.tryWrite(w, 1), "write-value")
 		})
@@ -87,9 +78,9 @@ func TestFaultPrimitives(t *testing.T) {
 
 	// The goroutine's own setting is restored, on success and on a fault.
 	require.False(t, debug.SetPanicOnFault(false), "the test goroutine starts with the default")
-	require.False(t, rt.tryCopy(good, unmapped(t, 4096), 8))
+	require.False(t, rt.tryCopy(good, unmapped(t), 8))
 	require.False(t, debug.SetPanicOnFault(true), "restored after a fault")
-	require.False(t, rt.tryCopy(good, unmapped(t, 4096), 8))
+	require.False(t, rt.tryCopy(good, unmapped(t), 8))
 	require.True(t, debug.SetPanicOnFault(false), "a caller's true is restored too")
 }
 
@@ -381,7 +372,7 @@ func TestFaultSync(t *testing.T) {
 		p    func() uintptr
 	}{
 		{"prot-none", func() uintptr { return uintptr(protNone(t, 1<<20)) }},
-		{"munmapped", func() uintptr { return unmapped(t, 1<<20) }},
+		{"munmapped", func() uintptr { return unmapped(t) }},
 		{"first-page", func() uintptr { return 1 }},
 	} {
 		t.Run(bad.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 )
 
 // TestPointerInfo: the host device's own allocations (allocated, imported,
@@ -48,7 +49,7 @@ func TestPointerInfo(t *testing.T) {
 		{"anonymous mapping", hip.DevicePtr(unsafe.Pointer(&anon[100])), hip.PointerInfo{Kind: hip.PtrDevice, Device: 1}},
 		{"PROT_NONE mapping", none, hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}},
 		{"past a file's end", hip.DevicePtr(pastEOF(t)), hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}},
-		{"unmapped", hip.DevicePtr(unmapped(t, pageSize)), hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}},
+		{"unmapped", hip.DevicePtr(unmapped(t)), hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}},
 		{"first page", 8, hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}},
 	} {
 		info, err := rt.PointerInfo(c.p)
@@ -79,14 +80,7 @@ func BenchmarkPointerInfo(b *testing.B) {
 	anon, err := syscall.Mmap(-1, 0, int(pageSize), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
 	require.NoError(b, err)
 	defer syscall.Munmap(anon)
-	hole, err := syscall.Mmap(-1, 0, int(3*pageSize), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	require.NoError(b, err)
-	defer syscall.Munmap(hole)
-	gone := uintptr(unsafe.Pointer(&hole[0])) + pageSize
-	// A hole between two guard pages: with them mapped, nothing else fits.
-	// (syscall.Munmap takes whole mappings only.)
-	_, _, e := syscall.Syscall(syscall.SYS_MUNMAP, gone, pageSize, 0)
-	require.Zero(b, e)
+	gone := hiptest.UnmappedPage(b)
 	for _, c := range []struct {
 		name string
 		p    hip.DevicePtr
@@ -94,7 +88,7 @@ func BenchmarkPointerInfo(b *testing.B) {
 	}{
 		{"allocation", p + 100, hip.PtrDevice},
 		{"mapped", hip.DevicePtr(unsafe.Pointer(&anon[0])), hip.PtrDevice},
-		{"unmapped", hip.DevicePtr(gone), hip.PtrUnmapped},
+		{"unmapped", gone, hip.PtrUnmapped},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -2,7 +2,6 @@ package nvidia
 
 import (
 	"runtime"
-	"syscall"
 	"testing"
 	"unsafe"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 )
 
 // TestGPUPointerInfo classifies each kind of memory on a real driver:
@@ -77,12 +77,7 @@ func TestGPUPointerInfo(t *testing.T) {
 	require.Equal(t, hip.PointerInfo{Kind: hip.PtrHostPageable, Device: -1}, info)
 	runtime.KeepAlive(goMem)
 
-	page := syscall.Getpagesize()
-	g, err := syscall.Mmap(-1, 0, page, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-	require.NoError(t, err)
-	gone := hip.DevicePtr(unsafe.Pointer(&g[0]))
-	require.NoError(t, syscall.Munmap(g))
-	info, err = r.PointerInfo(gone)
+	info, err = r.PointerInfo(hiptest.UnmappedPage(t))
 	require.NoError(t, err)
 	require.Equal(t, hip.PointerInfo{Kind: hip.PtrUnmapped, Device: -1}, info)
 }

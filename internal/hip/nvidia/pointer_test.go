@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/hiptest"
 )
 
 // fakePtrLib builds testdata/fakeptr.c (a stand-in for the driver's
@@ -77,10 +78,7 @@ func TestPointerInfoNoGPU(t *testing.T) {
 			set(5*page, page, memoryTypeArray, 0, false)
 			r.allocs[hip.DevicePtr(mem+6*page)] = &allocation{size: 2 * page, dev: 3}
 
-			g, err := syscall.Mmap(-1, 0, int(page), syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
-			require.NoError(t, err)
-			gone := uintptr(unsafe.Pointer(&g[0]))
-			require.NoError(t, syscall.Munmap(g))
+			gone := uintptr(hiptest.UnmappedPage(t))
 			goMem := make([]byte, 64)
 
 			for _, c := range []struct {
