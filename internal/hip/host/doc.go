@@ -20,7 +20,11 @@
 // device memory: copies and memops accept malloc'd or Go buffers (pinned by
 // the caller), but only MemAlloc'd memory crosses processes. Memset and
 // Memcpy are synchronous, any direction, ordered after the current
-// device's legacy NULL stream.
+// device's legacy NULL stream. PointerInfo reports the allocations (and
+// multicast ranges) as PtrDevice with their base and size, any other
+// readable address as PtrDevice with Base and Size 0, and an address that
+// cannot be read as PtrUnmapped (a fault-guarded read of its word, about
+// 110 ns; mincore(2) took 0.6 us and passes PROT_NONE pages).
 //
 // # Streams
 //
