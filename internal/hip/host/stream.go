@@ -272,17 +272,12 @@ func (s *stream) failedBy(seq uint64) error {
 	return nil
 }
 
+// isDestroyed reports whether StreamDestroy was called (its worker may
+// still drain).
 func (s *stream) isDestroyed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.destroyed
-}
-
-// stickyErr is the stream's sticky error, if any.
-func (s *stream) stickyErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
 }
 
 // fail records that op number seq faulted and drops every op still
