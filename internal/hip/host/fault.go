@@ -22,9 +22,9 @@ import (
 // TestFaultPrimitives checks. Each primitive restores the goroutine's
 // previous setting: a caller's own goroutine keeps its behaviour.
 //
-// Cost (BenchmarkFaultGuard, 2-core CI machine): about 4 ns on a 64-byte
-// copy (12 to 16) and 10 ns on a flag load, mostly the two SetPanicOnFault
-// calls; an op costs 70 to 100 ns inline.
+// Cost (BenchmarkFaultGuard, 2-core CI machine, two runs): 4 to 11 ns on
+// a 64-byte copy (12-15 ns bare) and 9 ns on a flag load, mostly the two
+// SetPanicOnFault calls; an op costs 70 to 100 ns inline.
 
 // isFault reports whether a recovered panic value is a memory fault: a
 // runtime error for an invalid address. Any other panic is a bug and is
