@@ -16,7 +16,16 @@
 // Conventions every backend keeps:
 //   - Device pointers, streams, events and graphs are integers.
 //   - Errors are Error values carrying CUDA driver codes (HIP shares them),
-//     so a refusal reads the same on every backend.
+//     so a refusal reads the same on every backend. A bad argument of a
+//     call is ErrInvalidValue; a fault while asynchronous work runs is
+//     ErrIllegalAddress, sticky (on a GPU for the whole context, on the
+//     host device for the stream that faulted and the work that waits on
+//     it).
+//   - PointerInfo says what kind of memory a pointer addresses: device,
+//     pinned host, pageable host (which turns an asynchronous copy
+//     host-synchronous), managed, or nothing mapped. PointerCache answers
+//     the same question on the engine's hot path without a driver call
+//     once it has seen the device allocation (pointer.go).
 //   - The current device is per OS thread, as in CUDA: a goroutine that calls
 //     the runtime across calls locks its OS thread first.
 //   - Slices passed to a call are read during the call and never retained,

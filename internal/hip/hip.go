@@ -187,6 +187,14 @@ type Runtime interface {
 	MemImport(fd int, size uintptr) (DevicePtr, error)
 	// MemGetAddressRange returns the base and size of the allocation holding p.
 	MemGetAddressRange(p DevicePtr) (base DevicePtr, size uintptr, err error)
+	// PointerInfo describes the allocation holding p: its kind (device,
+	// pinned or pageable host, managed memory, or nothing mapped), the
+	// device of device memory, and its base and size where the runtime
+	// knows them. Memory the driver does not know is PtrHostPageable if
+	// its page is mapped, else PtrUnmapped (the host backend counts every
+	// mapped address as device memory). p 0 is ErrInvalidValue. It is
+	// not for the hot path: PointerCache is.
+	PointerInfo(p DevicePtr) (PointerInfo, error)
 	// Memset sets n bytes at p to value and returns when they are visible
 	// to every stream.
 	Memset(p DevicePtr, value byte, n uintptr) error

@@ -5,7 +5,8 @@
 // It owns the HIP symbol table (lib.go), the allocation-free call helpers
 // (call.go), the mapping of hipError_t to hip.Error (errors.go), device
 // memory through HIP's virtual memory management API with a hipMalloc
-// fallback (memory.go), and the Runtime methods (runtime.go).
+// fallback (memory.go), PointerInfo through hipPointerGetAttributes
+// (pointer.go), and the Runtime methods (runtime.go).
 //
 // HIP differs from CUDA in ways the engine must see, reported in Caps:
 //   - Within one hipStreamBatchMemOp a write may overtake an earlier wait

@@ -28,6 +28,7 @@ type symbols struct {
 	hipExtMallocWithFlags           uintptr
 	hipFree                         uintptr
 	hipMemGetAddressRange           uintptr
+	hipPointerGetAttributes         uintptr
 	hipMemset                       uintptr
 	hipMemcpy                       uintptr
 	hipMemcpyAsync                  uintptr
@@ -109,6 +110,8 @@ func (s *symbols) symbolTable() []symbolEntry {
 		{"hipFree", &s.hipFree, required},
 		// hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize, hipDeviceptr_t dptr);
 		{"hipMemGetAddressRange", &s.hipMemGetAddressRange, required},
+		// hipError_t hipPointerGetAttributes(hipPointerAttribute_t *attributes, const void *ptr);
+		{"hipPointerGetAttributes", &s.hipPointerGetAttributes, required},
 		// hipError_t hipMemset(void *dst, int value, size_t sizeBytes);
 		{"hipMemset", &s.hipMemset, required},
 		// hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind);

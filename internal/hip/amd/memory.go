@@ -61,6 +61,7 @@ type allocation struct {
 	size   uintptr
 	handle uintptr // hipMemGenericAllocationHandle_t; 0 for hipMalloc memory
 	vmm    bool
+	dev    int // the device it was allocated (or imported) on
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
@@ -122,7 +123,7 @@ func (r *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 		return 0, err
 	}
 	r.mu.Lock()
-	r.allocs[p] = &allocation{size: size, handle: h, vmm: true}
+	r.allocs[p] = &allocation{size: size, handle: h, vmm: true, dev: dev}
 	r.mu.Unlock()
 	return p, nil
 }
@@ -183,7 +184,7 @@ func (r *Runtime) mallocFallback(dev int, size uintptr) (hip.DevicePtr, error) {
 		return 0, err
 	}
 	r.mu.Lock()
-	r.allocs[hip.DevicePtr(p)] = &allocation{size: size}
+	r.allocs[hip.DevicePtr(p)] = &allocation{size: size, dev: dev}
 	r.mu.Unlock()
 	return hip.DevicePtr(p), nil
 }
@@ -313,7 +314,7 @@ func (r *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
 		return 0, err
 	}
 	r.mu.Lock()
-	r.allocs[p] = &allocation{size: size, handle: h, vmm: true}
+	r.allocs[p] = &allocation{size: size, handle: h, vmm: true, dev: dev}
 	r.mu.Unlock()
 	return p, nil
 }
@@ -321,18 +322,25 @@ func (r *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
 // MemGetAddressRange implements hip.Runtime: cecoll's own allocations are
 // answered from its table (VMM ranges included), others by the runtime.
 func (r *Runtime) MemGetAddressRange(p hip.DevicePtr) (hip.DevicePtr, uintptr, error) {
-	r.mu.Lock()
-	for base, a := range r.allocs {
-		if p >= base && uintptr(p-base) < a.size {
-			r.mu.Unlock()
-			return base, a.size, nil
-		}
+	if base, a := r.ownAllocation(p); a != nil {
+		return base, a.size, nil
 	}
-	r.mu.Unlock()
 	var base, size uintptr
 	if err := call3(r.sym.hipMemGetAddressRange,
 		uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&size)), uintptr(p)); err != nil {
 		return 0, 0, err
 	}
 	return hip.DevicePtr(base), size, nil
+}
+
+// ownAllocation returns the allocation of this backend holding p, or nil.
+func (r *Runtime) ownAllocation(p hip.DevicePtr) (hip.DevicePtr, *allocation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for base, a := range r.allocs {
+		if p >= base && uintptr(p-base) < a.size {
+			return base, a
+		}
+	}
+	return 0, nil
 }

@@ -69,6 +69,8 @@ var cases = []struct {
 	{"capture", testCapture},
 	{"null-stream", testNullStream},
 	{"bad-args", testBadArgs},
+	{"pointers", testPointers},
+	{"bad-address", testBadAddress},
 }
 
 // Run runs the conformance suite on rt as subtests of t. Run itself may be

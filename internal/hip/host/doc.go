@@ -20,7 +20,11 @@
 // device memory: copies and memops accept malloc'd or Go buffers (pinned by
 // the caller), but only MemAlloc'd memory crosses processes. Memset and
 // Memcpy are synchronous, any direction, ordered after the current
-// device's legacy NULL stream.
+// device's legacy NULL stream. PointerInfo reports the allocations (and
+// multicast ranges) as PtrDevice with their base and size, any other
+// readable address as PtrDevice with Base and Size 0, and an address that
+// cannot be read as PtrUnmapped (a fault-guarded read of its word, about
+// 110 ns; mincore(2) took 0.6 us and passes PROT_NONE pages).
 //
 // # Streams
 //
@@ -85,6 +89,30 @@
 // ErrStreamCaptureUnsupported, and the capture stays valid). Its copies
 // have no order among them; the batch as a whole is in stream order. A
 // batch of 1 MiB or more is shared with a pool of four copy goroutines.
+//
+// # Bad addresses (fault.go)
+//
+// Memory that is not accessible never kills the process. A NULL or
+// wrapping range is refused at the call (ErrInvalidValue), as are the
+// driver's other argument errors. Anything else is found only when an op
+// touches it: every copy, memset, write-value and flag load runs with
+// runtime/debug.SetPanicOnFault on and recovers the fault (SIGSEGV on an
+// unmapped or PROT_NONE page, SIGBUS past the end of a file mapping), on
+// the stream workers, the copy engines and threads running ops inline
+// alike. Memcpy and Memset then return ErrInvalidValue (bytes before the
+// fault may have moved) and leave nothing behind. An asynchronous op fails
+// its stream, like CUDA's sticky CUDA_ERROR_ILLEGAL_ADDRESS but for that
+// stream only: the ops queued behind it are dropped (they complete without
+// running, so nobody waits on them: a flag wait behind the fault does not
+// hang), and StreamSynchronize, StreamQuery, every later enqueue on it
+// and a synchronize or query of an event recorded at or after the fault
+// return ErrIllegalAddress, as does DeviceSynchronize while the stream is
+// not destroyed; the legacy NULL stream's error also reaches Memcpy and
+// Memset, which run after it. A stream that waits on such an event (or a
+// graph's join on a failed branch) fails in turn. Other streams run on:
+// one that waits on a flag the failed stream would have written stays
+// blocked, as behind a peer that never comes, until someone writes the
+// flag (a communicator abort).
 //
 // # Events and capture
 //

@@ -117,7 +117,8 @@ func (e *event) state() (*stream, uint64, error) {
 	return e.s, e.seq, nil
 }
 
-// EventSynchronize implements hip.Runtime.
+// EventSynchronize implements hip.Runtime. A record whose stream failed
+// at or before it returns the stream's sticky error.
 func (rt *Runtime) EventSynchronize(h hip.Event) error {
 	e, err := rt.lookupEvent(h)
 	if err != nil {
@@ -127,14 +128,13 @@ func (rt *Runtime) EventSynchronize(h hip.Event) error {
 	if err != nil || s == nil {
 		return err
 	}
-	if rt.inline && !s.isDone(seq) {
+	if done, _ := s.isDone(seq); rt.inline && !done {
 		rt.progress() // about to sleep: move blocked streams first
 	}
-	s.waitDone(seq)
-	return nil
+	return s.waitDone(seq)
 }
 
-// EventQuery implements hip.Runtime.
+// EventQuery implements hip.Runtime (with EventSynchronize's errors).
 func (rt *Runtime) EventQuery(h hip.Event) error {
 	e, err := rt.lookupEvent(h)
 	if err != nil {
@@ -144,7 +144,11 @@ func (rt *Runtime) EventQuery(h hip.Event) error {
 	if err != nil || s == nil {
 		return err
 	}
-	if !s.isDone(seq) {
+	done, err := s.isDone(seq)
+	if err != nil {
+		return err
+	}
+	if !done {
 		return hip.ErrNotReady
 	}
 	return nil
@@ -183,7 +187,11 @@ func (e *event) timestamp() (time.Duration, error) {
 	if s == nil {
 		return 0, hip.ErrInvalidHandle // never recorded
 	}
-	if !s.isDone(seq) {
+	done, err := s.isDone(seq)
+	if err != nil {
+		return 0, err // the marker was dropped: the record never happened
+	}
+	if !done {
 		return 0, hip.ErrNotReady
 	}
 	e.mu.Lock()

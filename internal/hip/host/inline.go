@@ -1,9 +1,5 @@
 package host
 
-import (
-	"sync/atomic"
-)
-
 // Inline execution. Waking a stream's worker goroutine for every enqueue
 // costs a scheduler hand-over (often a futex wake of an idle thread), and
 // for the small grouped collectives of one process those hand-overs were
@@ -105,22 +101,32 @@ func (s *stream) wakeIfPending() {
 func (s *stream) runInline() {
 	start := s.head
 	for s.head != s.tail && !s.rt.stopping() {
+		if s.err != nil {
+			s.dropPending()
+			break
+		}
 		mask := uint64(len(s.ring) - 1)
-		o := s.ring[s.head&mask]
+		seq := s.head
+		o := s.ring[seq&mask]
 		switch o.kind {
 		case opWait:
-			if !condHolds(atomic.LoadUint32(word(o.dst)), o.val, o.cond) {
+			v, ok := loadWord(o.dst)
+			if ok && !condHolds(v, o.val, o.cond) {
 				goto stop
 			}
-			if s.parked && s.parkSeq == s.head {
+			if s.parked && s.parkSeq == seq {
 				// The worker waits on this word: once the wait is done the
 				// program may free it, so the worker must be off it first.
 				s.guard.pass()
 			}
 			s.head++
 			s.completed++
+			if !ok {
+				s.fail(seq)
+			}
 			continue
 		case opWaitStream:
+			var err error
 			if o.ws == s {
 				if s.completed <= o.seq {
 					goto stop
@@ -128,14 +134,18 @@ func (s *stream) runInline() {
 			} else {
 				// No stream lock is held while taking another's.
 				s.mu.Unlock()
-				ok := o.ws.isDone(o.seq)
+				var done bool
+				done, err = o.ws.isDone(o.seq)
 				s.mu.Lock()
-				if !ok {
+				if !done {
 					goto stop
 				}
 			}
 			s.head++
 			s.completed++
+			if err != nil {
+				s.fail(seq) // the work waited for failed: so does this stream
+			}
 			continue
 		case opCopy, opBatch:
 			if o.big {
@@ -143,8 +153,11 @@ func (s *stream) runInline() {
 			}
 		}
 		taken := s.take(&o)
-		s.exec(&o)
+		ok := s.exec(&o)
 		s.completed += taken
+		if !ok {
+			s.fail(seq)
+		}
 	}
 stop:
 	s.running = false
@@ -164,25 +177,38 @@ stop:
 	}
 }
 
+// parkResult is how a parked worker's wait ended.
+type parkResult uint8
+
+const (
+	parkHeld  parkResult = iota // the flag holds and the worker owns the stream again
+	parkMoved                   // another executor went on, or the runtime closes
+	parkFault                   // the flag's word faulted; the worker owns the stream again
+)
+
 // park lets the worker wait for the flag of the wait at head without
 // owning the stream (s.mu held and s.running set on entry; s.mu held on
-// return). It returns true when the worker owns the stream again and the
-// wait holds; false when another executor moved on meanwhile (the worker
-// then looks at the stream afresh) or the runtime closes.
-func (s *stream) park(o *op) bool {
+// return). parkHeld and parkFault: the worker owns the stream again, with
+// the wait at head holding or its word unreadable; parkMoved: another
+// executor moved on meanwhile (the worker then looks at the stream afresh)
+// or the runtime closes.
+func (s *stream) park(o *op) parkResult {
 	seq, gen := s.head, s.guard.moved.Load()
 	s.running = false
 	s.parked, s.parkAddr, s.parkSeq = true, o.dst, seq
 	s.mu.Unlock()
 	s.rt.block(s)
-	held := waitValueGuarded(o.dst, o.val, o.cond, &s.rt.closed, &s.guard, gen)
+	res := waitValueGuarded(o.dst, o.val, o.cond, &s.rt.closed, &s.guard, gen)
 	s.mu.Lock()
 	s.parked = false
-	if !held || s.running || s.head != seq {
-		return false
+	if res == waitGaveUp || s.running || s.head != seq {
+		return parkMoved
 	}
 	s.running = true
-	return true
+	if res == waitFault {
+		return parkFault
+	}
+	return parkHeld
 }
 
 // block lists s as blocked: progress tries it after later inline runs.

@@ -197,37 +197,38 @@ func (rt *Runtime) MemGetAddressRange(p hip.DevicePtr) (hip.DevicePtr, uintptr, 
 }
 
 // Memset implements hip.Runtime. Like cudaMemset it runs after the work
-// already on the current device's legacy NULL stream.
+// already on the current device's legacy NULL stream, and returns that
+// stream's sticky error if it failed. A range that is not mapped gives
+// ErrInvalidValue (bytes before the fault may be set), as the driver
+// refuses a bad pointer of a synchronous call.
 func (rt *Runtime) Memset(p hip.DevicePtr, value byte, n uintptr) error {
 	if n == 0 {
 		return nil
 	}
-	if p == 0 {
+	if p == 0 || wraps(uintptr(p), n) {
 		return hip.ErrInvalidValue
 	}
 	if err := rt.unsafeCall(); err != nil {
 		return err
 	}
-	rt.syncLegacy()
-	rt.fanOut(uintptr(p), n, func(dst, n uintptr) {
-		b := bytesAt(dst, n)
-		for i := range b {
-			b[i] = value
-		}
-		if n <= 8 {
-			rt.wakeRange(dst, n)
-		}
-	})
+	if err := rt.syncLegacy(); err != nil {
+		return err
+	}
+	if !rt.tryMemset(uintptr(p), value, n) {
+		return hip.ErrInvalidValue
+	}
 	return nil
 }
 
 // Memcpy implements hip.Runtime: any direction, synchronous, after the work
-// already on the current device's legacy NULL stream.
+// already on the current device's legacy NULL stream (whose sticky error
+// it returns). A range that is not mapped gives ErrInvalidValue; bytes
+// before the fault may have been copied.
 func (rt *Runtime) Memcpy(dst, src uintptr, n uintptr) error {
 	if n == 0 {
 		return nil
 	}
-	if dst == 0 || src == 0 {
+	if dst == 0 || src == 0 || wraps(dst, n) || wraps(src, n) {
 		return hip.ErrInvalidValue
 	}
 	if rt.mc.lookup(src) != nil {
@@ -236,18 +237,24 @@ func (rt *Runtime) Memcpy(dst, src uintptr, n uintptr) error {
 	if err := rt.unsafeCall(); err != nil {
 		return err
 	}
-	rt.syncLegacy()
-	rt.copyBytes(dst, src, n)
+	if err := rt.syncLegacy(); err != nil {
+		return err
+	}
+	if !rt.tryCopy(dst, src, n) {
+		return hip.ErrInvalidValue
+	}
 	return nil
 }
 
-// syncLegacy waits for the current device's legacy NULL stream, if used.
-func (rt *Runtime) syncLegacy() {
+// syncLegacy waits for the current device's legacy NULL stream, if used,
+// and returns its sticky error.
+func (rt *Runtime) syncLegacy() error {
 	dev := rt.current()
 	rt.regMu.RLock()
 	s := rt.legacy[dev]
 	rt.regMu.RUnlock()
 	if s != nil {
-		s.sync()
+		return s.sync()
 	}
+	return nil
 }

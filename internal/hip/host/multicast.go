@@ -120,7 +120,7 @@ func (rt *Runtime) fanOut(p, n uintptr, f func(dst, n uintptr)) {
 }
 
 // copyBytes performs one copy (or one piece of one), fanning out when dst
-// is a multicast address.
+// is a multicast address. Ops reach it through tryCopy (fault.go).
 func (rt *Runtime) copyBytes(dst, src, n uintptr) {
 	r := rt.mc.lookup(dst)
 	if r == nil {
@@ -137,6 +137,7 @@ func (rt *Runtime) copyBytes(dst, src, n uintptr) {
 // writeValue is a write-value entry: a sequentially consistent 32-bit
 // store (so everything the stream did before is visible first), then a
 // wake of the word's waiters, in every member for a multicast address.
+// Ops reach it through tryWrite (fault.go).
 func (rt *Runtime) writeValue(a uintptr, v uint32) {
 	r := rt.mc.lookup(a)
 	if r == nil {

@@ -19,7 +19,9 @@ func (s *stream) enqueue1(o *op) error {
 	return nil
 }
 
-// MemcpyAsync implements hip.Runtime: one copy in stream order.
+// MemcpyAsync implements hip.Runtime: one copy in stream order. A NULL or
+// wrapping range is refused at the call (ErrInvalidValue); one that is not
+// mapped faults when the copy runs and fails the stream (fault.go).
 func (rt *Runtime) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, sh hip.Stream) error {
 	s, err := rt.lookupStream(sh)
 	if err != nil {
@@ -28,7 +30,7 @@ func (rt *Runtime) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, sh hip.Stream)
 	if n == 0 {
 		return nil
 	}
-	if dst == 0 || src == 0 || rt.mc.lookup(uintptr(src)) != nil {
+	if dst == 0 || src == 0 || wraps(uintptr(dst), n) || wraps(uintptr(src), n) || rt.mc.lookup(uintptr(src)) != nil {
 		return hip.ErrInvalidValue
 	}
 	o := op{kind: opCopy, dst: uintptr(dst), src: uintptr(src), n: n, big: n >= inlineMaxCopy}
@@ -69,7 +71,8 @@ func (rt *Runtime) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr,
 		if sizes[i] == 0 {
 			continue
 		}
-		if dsts[i] == 0 || srcs[i] == 0 || rt.mc.lookup(uintptr(srcs[i])) != nil {
+		if dsts[i] == 0 || srcs[i] == 0 || wraps(uintptr(dsts[i]), sizes[i]) || wraps(uintptr(srcs[i]), sizes[i]) ||
+			rt.mc.lookup(uintptr(srcs[i])) != nil {
 			return hip.ErrInvalidValue
 		}
 		live++
@@ -109,7 +112,8 @@ func (rt *Runtime) Memcpy2DAsync(dst hip.DevicePtr, dpitch uintptr, src hip.Devi
 	if width == 0 || height == 0 {
 		return nil
 	}
-	if dst == 0 || src == 0 || width > dpitch || width > spitch || rt.mc.lookup(uintptr(src)) != nil {
+	if dst == 0 || src == 0 || width > dpitch || width > spitch || rt.mc.lookup(uintptr(src)) != nil ||
+		wraps2D(uintptr(dst), dpitch, width, height) || wraps2D(uintptr(src), spitch, width, height) {
 		return hip.ErrInvalidValue
 	}
 	if err := s.lock(int(height) + 1); err != nil {

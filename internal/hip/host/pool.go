@@ -25,6 +25,7 @@ type batchJob struct {
 	h      hip.Stream
 	pieces []piece
 	next   atomic.Int64
+	fault  atomic.Bool // a piece faulted (fault.go)
 	wg     sync.WaitGroup
 }
 
@@ -49,11 +50,12 @@ func (p *copyPool) stop() {
 }
 
 // run executes pieces with the help of idle engines and returns when all
-// are copied.
-func (p *copyPool) run(j *batchJob, pieces []piece, h hip.Stream) {
+// are copied (or faulted: false).
+func (p *copyPool) run(j *batchJob, pieces []piece, h hip.Stream) bool {
 	j.h = h
 	j.pieces = pieces
 	j.next.Store(0)
+	j.fault.Store(false)
 	helpers := min(len(pieces)-1, copyEngines)
 	for i := 0; i < helpers; i++ {
 		j.wg.Add(1)
@@ -66,6 +68,7 @@ func (p *copyPool) run(j *batchJob, pieces []piece, h hip.Stream) {
 	j.work()
 	j.wg.Wait()
 	j.pieces = nil
+	return !j.fault.Load()
 }
 
 func (j *batchJob) work() {
@@ -74,6 +77,8 @@ func (j *batchJob) work() {
 		if i >= len(j.pieces) {
 			return
 		}
-		j.rt.runPiece(j.h, j.pieces[i])
+		if !j.rt.runPiece(j.h, j.pieces[i]) {
+			j.fault.Store(true)
+		}
 	}
 }

@@ -176,7 +176,9 @@ func (rt *Runtime) DeviceCanAccessPeer(dev, peer int) (bool, error) {
 }
 
 // DeviceSynchronize implements hip.Runtime: waits for the work enqueued so
-// far on every stream of the current device.
+// far on every stream of the current device, and returns the sticky error
+// of one that failed and is not destroyed, as cuCtxSynchronize reports an
+// earlier fault.
 func (rt *Runtime) DeviceSynchronize() error {
 	dev := rt.current()
 	var list []*stream
@@ -192,8 +194,11 @@ func (rt *Runtime) DeviceSynchronize() error {
 			return hip.ErrStreamCaptureUnsupported
 		}
 	}
+	var first error
 	for _, s := range list {
-		s.sync()
+		if err := s.sync(); err != nil && first == nil && !s.isDestroyed() {
+			first = err
+		}
 	}
-	return nil
+	return first
 }

@@ -3,7 +3,6 @@ package host
 import (
 	"math/rand"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"cecoll/internal/hip"
@@ -60,6 +59,14 @@ type stream struct {
 	destroyed bool
 	cap       *capture // capture this stream records into, or nil
 	branch    int      // its branch in cap
+
+	// Sticky error (fault.go): set when an op of the stream faulted, or
+	// waited on work of another stream that had failed. From then on the
+	// stream runs nothing: ops still queued are dropped (they complete
+	// without running), and every later enqueue, synchronize and query
+	// returns err.
+	err    error
+	errSeq uint64 // op number of the op that failed
 
 	// Executor state (inline.go). Exactly one executor runs the ops at
 	// head at a time: the worker, or a thread running them inline.
@@ -186,8 +193,7 @@ func (rt *Runtime) StreamSynchronize(h hip.Stream) error {
 		c.invalidate()
 		return hip.ErrStreamCaptureUnsupported
 	}
-	s.sync()
-	return nil
+	return s.sync()
 }
 
 // StreamQuery implements hip.Runtime.
@@ -202,6 +208,9 @@ func (rt *Runtime) StreamQuery(h hip.Stream) error {
 		s.cap.invalidate()
 		return hip.ErrStreamCaptureUnsupported
 	}
+	if s.err != nil {
+		return s.err
+	}
 	if s.completed < s.tail {
 		return hip.ErrNotReady
 	}
@@ -214,8 +223,9 @@ func (s *stream) capturing() *capture {
 	return s.cap
 }
 
-// sync waits until the work enqueued before the call is done.
-func (s *stream) sync() {
+// sync waits until the work enqueued before the call is done and returns
+// the stream's sticky error.
+func (s *stream) sync() error {
 	s.mu.Lock()
 	target := s.tail
 	if s.rt.inline && s.completed < target {
@@ -227,23 +237,70 @@ func (s *stream) sync() {
 	for s.completed < target && !s.rt.stopping() {
 		s.done.Wait()
 	}
+	err := s.err
 	s.mu.Unlock()
+	return err
 }
 
-// waitDone blocks until op number seq of s is done (or the runtime closes).
-func (s *stream) waitDone(seq uint64) {
+// waitDone blocks until op number seq of s is done (or the runtime closes)
+// and returns the error of a failure at or before it.
+func (s *stream) waitDone(seq uint64) error {
 	s.mu.Lock()
 	for s.completed <= seq && !s.rt.stopping() {
 		s.done.Wait()
 	}
+	err := s.failedBy(seq)
 	s.mu.Unlock()
+	return err
 }
 
-// isDone reports whether op number seq of s is done.
-func (s *stream) isDone(seq uint64) bool {
+// isDone reports whether op number seq of s is done, and the error of a
+// failure at or before it.
+func (s *stream) isDone(seq uint64) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.completed > seq
+	return s.completed > seq, s.failedBy(seq)
+}
+
+// failedBy is the sticky error if the stream failed at or before op
+// number seq: that op then never ran, or ran after work it depends on was
+// dropped (s.mu held). A failure after seq leaves op seq's work intact.
+func (s *stream) failedBy(seq uint64) error {
+	if s.err != nil && s.errSeq <= seq {
+		return s.err
+	}
+	return nil
+}
+
+// isDestroyed reports whether StreamDestroy was called (its worker may
+// still drain).
+func (s *stream) isDestroyed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.destroyed
+}
+
+// fail records that op number seq faulted and drops every op still
+// queued (s.mu held, by the stream's executor). Waiters on those ops are
+// released: they complete without running.
+func (s *stream) fail(seq uint64) {
+	if s.err == nil {
+		s.err, s.errSeq = hip.ErrIllegalAddress, seq
+	}
+	s.dropPending()
+}
+
+// dropPending completes, without running them, the ops not yet taken
+// (s.mu held, by the executor, once s.err is set).
+func (s *stream) dropPending() {
+	if s.head == s.tail {
+		return
+	}
+	s.completed += s.tail - s.head
+	s.head = s.tail
+	s.nBig = 0
+	s.roomCheck()
+	s.done.Broadcast()
 }
 
 // maxPending bounds a stream's queue, as a GPU bounds its command queue:
@@ -258,12 +315,17 @@ const maxPending = 4096
 
 // lock takes s.mu for enqueueing k more ops, waiting for room (back-
 // pressure) and growing the ring if needed. It refuses a destroyed stream
-// (a handle that raced with StreamDestroy).
+// (a handle that raced with StreamDestroy) and returns the sticky error of
+// a failed one.
 func (s *stream) lock(k int) error {
 	s.mu.Lock()
 	if s.destroyed {
 		s.mu.Unlock()
 		return hip.ErrInvalidHandle
+	}
+	if err := s.err; err != nil {
+		s.mu.Unlock()
+		return err
 	}
 	if s.cap == nil {
 		// Only ops not yet taken by the worker count: the ring slots of
@@ -280,6 +342,10 @@ func (s *stream) lock(k int) error {
 		if s.destroyed {
 			s.mu.Unlock()
 			return hip.ErrInvalidHandle
+		}
+		if err := s.err; err != nil {
+			s.mu.Unlock()
+			return err
 		}
 		if s.cap == nil {
 			s.reserve(k)
@@ -359,18 +425,33 @@ func (s *stream) worker() {
 // s.running set on entry; on return s.mu is held and the worker no longer
 // owns the stream). With inline execution on, an unsatisfied flag wait
 // parks: the worker waits for the flag without owning the stream, so a
-// thread that sees the flag first may go on inline.
+// thread that sees the flag first may go on. An op that faults fails the
+// stream, and what is queued behind it is dropped.
 func (s *stream) drain() {
 	rt := s.rt
 	for s.head != s.tail && !rt.stopping() {
+		if s.err != nil {
+			s.dropPending() // ops a graph launch replayed onto a failed branch stream
+			break
+		}
 		mask := uint64(len(s.ring) - 1)
-		o := s.ring[s.head&mask]
+		seq := s.head
+		o := s.ring[seq&mask]
 		if o.kind == opWait && rt.inline {
-			if !condHolds(atomic.LoadUint32(word(o.dst)), o.val, o.cond) && !s.park(&o) {
-				return
+			v, ok := loadWord(o.dst)
+			if ok && !condHolds(v, o.val, o.cond) {
+				switch s.park(&o) {
+				case parkMoved:
+					return
+				case parkFault:
+					ok = false
+				}
 			}
 			s.head++
 			s.completed++
+			if !ok {
+				s.fail(seq)
+			}
 			s.roomCheck()
 			s.done.Broadcast()
 			continue
@@ -378,10 +459,13 @@ func (s *stream) drain() {
 		taken := s.take(&o)
 		s.mu.Unlock()
 
-		s.exec(&o)
+		ok := s.exec(&o)
 
 		s.mu.Lock()
 		s.completed += taken
+		if !ok {
+			s.fail(seq)
+		}
 		s.done.Broadcast()
 	}
 	s.running = false
@@ -414,15 +498,17 @@ func (s *stream) roomCheck() {
 	}
 }
 
-// exec runs one op (a whole batch for opBatch) on the worker.
-func (s *stream) exec(o *op) {
+// exec runs one op (a whole batch for opBatch) on the executor and
+// reports whether it completed; false means it faulted (or waited on work
+// of a failed stream), and the stream fails.
+func (s *stream) exec(o *op) bool {
 	rt := s.rt
 	switch o.kind {
 	case opCopy:
 		s.chaosDelay(8)
 		s.pieces = s.pieces[:0]
 		s.addPieces(o.dst, o.src, o.n)
-		s.runPieces()
+		return s.runPieces()
 	case opBatch:
 		s.chaosDelay(8)
 		s.pieces = s.pieces[:0]
@@ -430,19 +516,20 @@ func (s *stream) exec(o *op) {
 			b := &s.batch[i]
 			s.addPieces(b.dst, b.src, b.n)
 		}
-		s.runPieces()
+		return s.runPieces()
 	case opWrite:
 		s.chaosDelay(4)
-		rt.writeValue(o.dst, o.val)
+		return rt.tryWrite(o.dst, o.val)
 	case opWait:
 		s.chaosDelay(8)
-		waitValue(o.dst, o.val, o.cond, &rt.closed)
+		return waitValue(o.dst, o.val, o.cond, &rt.closed) != waitFault
 	case opRecord:
 		o.ev.mark(o.seq, time.Since(rt.epoch))
 	case opWaitStream:
 		s.chaosDelay(8)
-		o.ws.waitDone(o.seq)
+		return o.ws.waitDone(o.seq) == nil
 	}
+	return true
 }
 
 // chaos: below this size a copy is never split, so flags published by
@@ -477,8 +564,8 @@ const poolMinBytes = 1 << 20
 
 // runPieces executes the queued pieces: under chaos one by one in a
 // shuffled order (reproducible from the seed), otherwise in order, spread
-// over the copy engines when large.
-func (s *stream) runPieces() {
+// over the copy engines when large. It reports false if a piece faulted.
+func (s *stream) runPieces() bool {
 	rt := s.rt
 	if s.rng != nil {
 		s.rng.Shuffle(len(s.pieces), func(i, j int) { s.pieces[i], s.pieces[j] = s.pieces[j], s.pieces[i] })
@@ -486,28 +573,32 @@ func (s *stream) runPieces() {
 			if i > 0 {
 				s.chaosDelay(16)
 			}
-			rt.runPiece(s.h, p)
+			if !rt.runPiece(s.h, p) {
+				return false
+			}
 		}
-		return
+		return true
 	}
 	total := uintptr(0)
 	for _, p := range s.pieces {
 		total += p.n
 	}
 	if len(s.pieces) > 1 && total >= poolMinBytes {
-		rt.copyPool.run(&s.job, s.pieces, s.h)
-		return
+		return rt.copyPool.run(&s.job, s.pieces, s.h)
 	}
 	for _, p := range s.pieces {
-		rt.runPiece(s.h, p)
+		if !rt.runPiece(s.h, p) {
+			return false
+		}
 	}
+	return true
 }
 
-func (rt *Runtime) runPiece(h hip.Stream, p piece) {
+func (rt *Runtime) runPiece(h hip.Stream, p piece) bool {
 	if rt.pieceHook != nil {
 		rt.pieceHook(h, p.dst, p.src, p.n)
 	}
-	rt.copyBytes(p.dst, p.src, p.n)
+	return rt.tryCopy(p.dst, p.src, p.n)
 }
 
 // chaos delays: before an op, with probability 1/oneIn, sleep 0..200us.

@@ -118,9 +118,18 @@ const (
 	waitMaxSleep = 2 * time.Millisecond
 )
 
+// waitResult is how a wait-value ended.
+type waitResult uint8
+
+const (
+	waitHeld   waitResult = iota // the condition holds
+	waitGaveUp                   // stop became true, or (guarded) another executor went past the wait
+	waitFault                    // the word is not readable (fault.go)
+)
+
 // waitValue blocks until the condition holds on the word at a, or stop
-// becomes true (checked between sleeps). It returns whether it held.
-func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) bool {
+// becomes true (checked between sleeps), or reading the word faults.
+func waitValue(a uintptr, val, cond uint32, stop *atomic.Bool) waitResult {
 	return waitValueGuarded(a, val, cond, stop, nil, 0)
 }
 
@@ -136,20 +145,21 @@ type parkGuard struct {
 	reading atomic.Int32
 }
 
-// load reads the word at p unless moved differs from gen (ok false); a
-// nil guard always reads.
-func (g *parkGuard) load(p *uint32, gen uint64) (v uint32, ok bool) {
+// load reads the word at a unless moved differs from gen (moved true); a
+// nil guard always reads. ok is false when the read faulted.
+func (g *parkGuard) load(a uintptr, gen uint64) (v uint32, moved, ok bool) {
 	if g == nil {
-		return atomic.LoadUint32(p), true
+		v, ok = loadWord(a)
+		return v, false, ok
 	}
 	g.reading.Store(1)
 	if g.moved.Load() != gen {
 		g.reading.Store(0)
-		return 0, false
+		return 0, true, true
 	}
-	v = atomic.LoadUint32(p)
+	v, ok = loadWord(a)
 	g.reading.Store(0)
-	return v, true
+	return v, false, ok
 }
 
 // pass bumps moved and returns once no reading section that missed the
@@ -162,19 +172,20 @@ func (g *parkGuard) pass() {
 	}
 }
 
-// waitValueGuarded is waitValue for a parked worker: it gives up (false)
-// once g.moved differs from gen, i.e. another executor went past the
-// wait, and then touches the word no more (a futex call on a word that was
-// freed meanwhile fails harmlessly). With a nil g it is waitValue.
-func waitValueGuarded(a uintptr, val, cond uint32, stop *atomic.Bool, g *parkGuard, gen uint64) bool {
-	p := word(a)
+// waitValueGuarded is waitValue for a parked worker: it gives up once
+// g.moved differs from gen, i.e. another executor went past the wait, and
+// then touches the word no more (a futex call on a word that was freed
+// meanwhile fails harmlessly). With a nil g it is waitValue.
+func waitValueGuarded(a uintptr, val, cond uint32, stop *atomic.Bool, g *parkGuard, gen uint64) waitResult {
 	for i := 0; i < waitSpins; i++ {
-		cur, ok := g.load(p, gen)
-		if !ok {
-			return false
-		}
-		if condHolds(cur, val, cond) {
-			return true
+		cur, moved, ok := g.load(a, gen)
+		switch {
+		case moved:
+			return waitGaveUp
+		case !ok:
+			return waitFault
+		case condHolds(cur, val, cond):
+			return waitHeld
 		}
 		yield()
 	}
@@ -182,20 +193,22 @@ func waitValueGuarded(a uintptr, val, cond uint32, stop *atomic.Bool, g *parkGua
 	b := sleeperBucket(a)
 	for {
 		b.Add(1) // before the load that FUTEX_WAIT compares: see sleepers
-		cur, ok := g.load(p, gen)
-		if !ok {
+		cur, moved, ok := g.load(a, gen)
+		switch {
+		case moved:
 			b.Add(-1)
-			return false
-		}
-		if condHolds(cur, val, cond) {
+			return waitGaveUp
+		case !ok:
 			b.Add(-1)
-			return true
-		}
-		if stop.Load() {
+			return waitFault
+		case condHolds(cur, val, cond):
 			b.Add(-1)
-			return false
+			return waitHeld
+		case stop.Load():
+			b.Add(-1)
+			return waitGaveUp
 		}
-		futexWait(p, cur, d)
+		futexWait(word(a), cur, d)
 		b.Add(-1)
 		d = min(2*d, waitMaxSleep)
 	}

@@ -10,6 +10,8 @@
 //     gives the thread device 0's when it has none;
 //   - VMM memory (cuMemCreate + reserve + map + access for every peer), POSIX
 //     fd export/import, and the table of those allocations;
+//   - PointerInfo: the table for its own memory, cuPointerGetAttributes for
+//     the rest (pointer.go), mincore for what the driver does not know;
 //   - the launch path (StreamBatchMemOp, MemcpyBatchAsync, MemcpyAsync,
 //     EventRecord, StreamWaitEvent, StreamGetCaptureStatus, SetDevice): one
 //     call through a 9-word cgo trampoline (ccall.go, the cheapest mechanism

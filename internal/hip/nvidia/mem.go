@@ -49,6 +49,7 @@ type allocation struct {
 	size   uintptr
 	handle uint64 // CUmemGenericAllocationHandle; 0 for cuMemAlloc memory
 	vmm    bool
+	dev    int // the device it was allocated (or imported) on
 }
 
 func roundUp(n, to uintptr) uintptr { return (n + to - 1) / to * to }
@@ -168,7 +169,7 @@ func (r *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 		if err := r.call(r.fn.memAlloc, uintptr(unsafe.Pointer(&p)), size); err != nil {
 			return 0, err
 		}
-		r.record(hip.DevicePtr(p), &allocation{size: size})
+		r.record(hip.DevicePtr(p), &allocation{size: size, dev: dev})
 		return hip.DevicePtr(p), nil
 	}
 	g, err := r.granularity(dev)
@@ -186,7 +187,7 @@ func (r *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 		_ = r.call(r.fn.memRelease, uintptr(h))
 		return 0, err
 	}
-	r.record(p, &allocation{size: size, handle: h, vmm: true})
+	r.record(p, &allocation{size: size, handle: h, vmm: true, dev: dev})
 	return p, nil
 }
 
@@ -281,21 +282,16 @@ func (r *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
 		_ = r.call(r.fn.memRelease, uintptr(h))
 		return 0, err
 	}
-	r.record(p, &allocation{size: size, handle: h, vmm: true})
+	r.record(p, &allocation{size: size, handle: h, vmm: true, dev: dev})
 	return p, nil
 }
 
 // MemGetAddressRange returns the allocation holding p: from the table for
 // memory of this backend, else from cuMemGetAddressRange_v2.
 func (r *Runtime) MemGetAddressRange(p hip.DevicePtr) (hip.DevicePtr, uintptr, error) {
-	r.mu.Lock()
-	for base, a := range r.allocs {
-		if p >= base && uintptr(p-base) < a.size {
-			r.mu.Unlock()
-			return base, a.size, nil
-		}
+	if base, a := r.ownAllocation(p); a != nil {
+		return base, a.size, nil
 	}
-	r.mu.Unlock()
 	if err := r.lockCtx(); err != nil {
 		return 0, 0, err
 	}
@@ -305,4 +301,16 @@ func (r *Runtime) MemGetAddressRange(p hip.DevicePtr) (hip.DevicePtr, uintptr, e
 		return 0, 0, err
 	}
 	return hip.DevicePtr(base), size, nil
+}
+
+// ownAllocation returns the allocation of this backend holding p, or nil.
+func (r *Runtime) ownAllocation(p hip.DevicePtr) (hip.DevicePtr, *allocation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for base, a := range r.allocs {
+		if p >= base && uintptr(p-base) < a.size {
+			return base, a
+		}
+	}
+	return 0, nil
 }

@@ -21,6 +21,7 @@ type syms struct {
 	memAddressReserve, memAddressFree, memMap, memUnmap, memSetAccess  uintptr
 	memExportToShareableHandle, memImportFromShareableHandle           uintptr
 	memRetainAllocationHandle, memAlloc, memFree, memGetAddressRange   uintptr
+	pointerGetAttributes                                               uintptr
 	memsetD8, memcpy, memcpyAsync, memcpy2DAsync                       uintptr
 	streamCreate, streamDestroy, streamSynchronize, streamQuery        uintptr
 	streamWaitEvent, eventCreate, eventDestroy, eventRecord            uintptr
@@ -76,6 +77,8 @@ func (s *syms) table() []symbol {
 		{name: "cuMemAlloc_v2", proto: "CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)", fn: &s.memAlloc},
 		{name: "cuMemFree_v2", proto: "CUresult cuMemFree_v2(CUdeviceptr dptr)", fn: &s.memFree},
 		{name: "cuMemGetAddressRange_v2", proto: "CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)", fn: &s.memGetAddressRange},
+		// Unversioned in cuda.h (no macro maps it), present since CUDA 7.0.
+		{name: "cuPointerGetAttributes", proto: "CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)", fn: &s.pointerGetAttributes},
 		{name: "cuMemsetD8_v2", proto: "CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)", fn: &s.memsetD8},
 		{name: "cuMemcpy", proto: "CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)", fn: &s.memcpy},
 		{name: "cuMemcpyAsync", proto: "CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)", fn: &s.memcpyAsync},

@@ -7,6 +7,12 @@
 // malloc for hipMalloc, memfd-backed mappings for the VMM calls, so copies,
 // writes and export/import round trips really happen.
 //
+// Pointer attributes: hipPointerGetAttributes knows hipMalloc'd memory
+// (device memory of the device current at allocation) and ranges a test
+// declares with fake_set_pointer; any other pointer is unregistered, and
+// fake_set_legacy_pointers(1) answers those with hipErrorInvalidValue as
+// ROCm releases before 2024 did, instead of hipMemoryTypeUnregistered.
+//
 // Build variants (-D): FAKE_NO_BATCH_COPY drops hipMemcpyBatchAsync,
 // FAKE_NO_BATCH_MEMOP drops hipStreamBatchMemOp, FAKE_NO_WRITE32 drops the
 // required hipStreamWriteValue32.
@@ -118,7 +124,10 @@ void fake_fail_next(const char *name, int code) {
   pthread_mutex_unlock(&mu);
 }
 
+static void reset_pointers(void);
+
 void fake_reset(void) {
+  reset_pointers();
   pthread_mutex_lock(&mu);
   nrec = 0;
   g_fail_name[0] = 0;
@@ -214,6 +223,7 @@ hipError_t hipDeviceSynchronize(void) {
 static struct {
   uintptr_t base;
   size_t size;
+  int dev;
 } allocs[MAXALLOC];
 
 static void track(void *p, size_t n) {
@@ -222,6 +232,7 @@ static void track(void *p, size_t n) {
     if (allocs[i].base == 0) {
       allocs[i].base = (uintptr_t)p;
       allocs[i].size = n;
+      allocs[i].dev = cur_dev;
       break;
     }
   pthread_mutex_unlock(&mu);
@@ -263,6 +274,51 @@ hipError_t hipFree(void *p) {
   return hipSuccess;
 }
 
+// hipPointerAttribute_t of ROCm 6 and 7 (hip_runtime_api.h).
+typedef struct hipPointerAttribute_t {
+  int type;  // enum hipMemoryType: Unregistered 0, Host 1, Device 2, Managed 3, Array 10, Unified 11
+  int device;
+  void *devicePointer;
+  void *hostPointer;
+  int isManaged;
+  unsigned allocationFlags;
+} hipPointerAttribute_t;
+_Static_assert(sizeof(hipPointerAttribute_t) == 32, "hipPointerAttribute_t is 32 bytes");
+
+#define MAXPTR 16
+static struct {
+  uintptr_t base;
+  size_t size;
+  int type, device, managed;
+} ptrs[MAXPTR];
+static int g_legacy_pointers;
+
+static void reset_pointers(void) {
+  pthread_mutex_lock(&mu);
+  memset(ptrs, 0, sizeof ptrs);
+  g_legacy_pointers = 0;
+  pthread_mutex_unlock(&mu);
+}
+
+// fake_set_pointer makes [base, base+size) memory of the given
+// hipMemoryType, device and managed flag for hipPointerGetAttributes (and
+// hipMemGetAddressRange).
+void fake_set_pointer(void *base, size_t size, int type, int device, int managed) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXPTR; i++)
+    if (ptrs[i].base == 0) {
+      ptrs[i].base = (uintptr_t)base;
+      ptrs[i].size = size;
+      ptrs[i].type = type;
+      ptrs[i].device = device;
+      ptrs[i].managed = managed;
+      break;
+    }
+  pthread_mutex_unlock(&mu);
+}
+
+void fake_set_legacy_pointers(int on) { g_legacy_pointers = on; }
+
 hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize, hipDeviceptr_t dptr) {
   FAIL("hipMemGetAddressRange");
   uintptr_t p = (uintptr_t)dptr;
@@ -272,7 +328,38 @@ hipError_t hipMemGetAddressRange(hipDeviceptr_t *pbase, size_t *psize, hipDevice
       *psize = allocs[i].size;
       return hipSuccess;
     }
+  for (int i = 0; i < MAXPTR; i++)
+    if (ptrs[i].base && p >= ptrs[i].base && p < ptrs[i].base + ptrs[i].size) {
+      *pbase = (void *)ptrs[i].base;
+      *psize = ptrs[i].size;
+      return hipSuccess;
+    }
   return hipErrorInvalidValue;
+}
+
+hipError_t hipPointerGetAttributes(hipPointerAttribute_t *attr, const void *ptr) {
+  FAIL("hipPointerGetAttributes");
+  record("hipPointerGetAttributes", "ptr=%p", ptr);
+  if (attr == NULL) return hipErrorInvalidValue;
+  memset(attr, 0, sizeof *attr);
+  uintptr_t p = (uintptr_t)ptr;
+  for (int i = 0; i < MAXALLOC; i++)
+    if (allocs[i].base && p >= allocs[i].base && p < allocs[i].base + allocs[i].size) {
+      attr->type = 2;
+      attr->device = allocs[i].dev;
+      attr->devicePointer = (void *)ptr;
+      return hipSuccess;
+    }
+  for (int i = 0; i < MAXPTR; i++)
+    if (ptrs[i].base && p >= ptrs[i].base && p < ptrs[i].base + ptrs[i].size) {
+      attr->type = ptrs[i].type;
+      attr->device = ptrs[i].device;
+      attr->isManaged = ptrs[i].managed;
+      attr->devicePointer = (void *)ptr;
+      attr->hostPointer = ptrs[i].type == 1 ? (void *)ptr : NULL;
+      return hipSuccess;
+    }
+  return g_legacy_pointers ? hipErrorInvalidValue : hipSuccess;  // hipMemoryTypeUnregistered
 }
 
 hipError_t hipMemset(void *dst, int value, size_t n) {
