@@ -334,8 +334,10 @@ static void case_shape(const mcase* c, int n, shape* s) {
 
 /* Rank r's buffers and how many input bytes it sends. Windows are
  * symmetric (NCCL's contract): every rank passes its buffer at the same
- * offset of the same window, so with an in-place root the other ranks put
- * theirs where the root's is (Scatter is placed by recv, Gather by send). */
+ * offset of the same window. The rooted in-place forms use NCCL's layout
+ * (ce-protocol.md) on windows: one buffer per rank; Scatter passes send =
+ * buf, recv = buf + rank*count on every rank, Gather recv = buf, send = buf +
+ * rank*count. */
 static void case_refs(const mcase* c, int n, const shape* s, int r, ref* send, ref* recv, size_t* in_bytes) {
   size_t cb = s->cb;
   int root_ip = c->inplace && (c->func == ncclFuncScatter || c->func == ncclFuncGather);
@@ -351,12 +353,12 @@ static void case_refs(const mcase* c, int n, const shape* s, int r, ref* send, r
       *in_bytes = (size_t)n * cb;
       break;
     case ncclFuncScatter:
-      if (root_ip && (r == c->root || c->registered)) recv->buf = BUF_S, recv->off = (size_t)c->root * cb;
+      if (root_ip && (r == c->root || c->registered)) recv->buf = BUF_S, recv->off = (size_t)r * cb;
       if (c->null_unused && r != c->root) send->buf = BUF_NONE;
       *in_bytes = r == c->root ? (size_t)n * cb : 0;
       break;
     case ncclFuncGather:
-      if (root_ip && (r == c->root || c->registered)) send->buf = BUF_R, send->off = (size_t)c->root * cb;
+      if (root_ip && (r == c->root || c->registered)) send->buf = BUF_R, send->off = (size_t)r * cb;
       if (c->null_unused && r != c->root) recv->buf = BUF_NONE;
       *in_bytes = cb;
       break;

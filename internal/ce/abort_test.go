@@ -3,6 +3,8 @@ package ce
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,13 +33,24 @@ func streamDoneWithin(rt hip.Runtime, s hip.Stream, d time.Duration) error {
 	}
 }
 
+// gate blocks s on a word of fresh device memory until the returned
+// function is called.
+func (r *rankEnv) gate(s hip.Stream) func() {
+	w := r.alloc(64)
+	r.put(w, make([]byte, 64))
+	if err := r.rt.StreamBatchMemOp(s, []hip.MemOp{hip.WaitValue32(w, 1, hip.WaitGEQ)}); err != nil {
+		panic(err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { r.put(w, []byte{1, 0, 0, 0}) }) }
+}
+
 // TestAbortReleasesWaits: rank 2 never calls; ranks 0 and 1 queue
 // collectives (eager, staged in several rounds, and a captured graph's
-// replays), abort, and their streams must drain within a second. Launch is
-// then refused, Abort is idempotent, and Finalize stops the release loop
-// and frees the state.
+// replays), abort, and their streams drain within a second. Calls are
+// then refused, Abort is idempotent, and Close frees the state.
 func TestAbortReleasesWaits(t *testing.T) {
-	c := collCase{fn: FuncAllGather, count: 3000, dtype: 0, mode: bufPlain} // 3 ranks x 3000 B: 3 staged rounds
+	c := collCase{fn: FuncAllGather, count: 3000, dtype: 0, mode: bufPlain} // 3 staged rounds
 	for _, tc := range []struct {
 		sync    string
 		devices int
@@ -45,20 +58,20 @@ func TestAbortReleasesWaits(t *testing.T) {
 	}{
 		{SyncAllPairs, 0, false}, {SyncAllPairs, 0, true},
 		{SyncStar, 0, false}, {SyncStar, 0, true},
-		{SyncStar, 1, false}, {SyncStar, 1, true}, // releases in rank 0's array
+		{SyncStar, 1, false}, {SyncStar, 1, true},
 	} {
-		graph := tc.graph
-		t.Run(fmt.Sprintf("%s/devices=%d/graph=%v", tc.sync, tc.devices, graph), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/devices=%d/graph=%v", tc.sync, tc.devices, tc.graph), func(t *testing.T) {
 			w := newWorld(t, 3, worldOpts{devices: tc.devices})
 			cfg := testCfg()
 			cfg.Sync = tc.sync
 			w.run(cfg, 20*time.Second, false, func(r *rankEnv) error {
 				if r.rank == 2 {
 					r.w.bar.wait() // never joins the collective
+					r.w.bar.wait()
 					return nil
 				}
 				p := r.prepare(c)
-				if graph {
+				if tc.graph {
 					x, err := r.captureGraph(&p.args)
 					if err != nil {
 						return err
@@ -68,10 +81,6 @@ func TestAbortReleasesWaits(t *testing.T) {
 							return err
 						}
 					}
-					// Ordered after the replays, so Finalize waits for them.
-					if err := r.e.OrderAfter(r.s); err != nil {
-						return err
-					}
 				} else {
 					for range 3 {
 						if err := r.e.Launch(&p.args); err != nil {
@@ -80,8 +89,13 @@ func TestAbortReleasesWaits(t *testing.T) {
 					}
 				}
 				require.Error(t, r.rt.StreamQuery(r.s), "the collective must be blocked on its absent peer")
-				require.NoError(t, r.e.Abort())
-				require.NoError(t, r.e.Abort())
+				// Checked on both before either aborts: once released, an
+				// aborted rank's stream runs to its end, its signals
+				// included, which releases its peers too (internal/comm
+				// tells them that the communicator failed).
+				r.w.bar.wait()
+				r.e.Abort()
+				r.e.Abort()
 				if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
 					return err
 				}
@@ -90,75 +104,89 @@ func TestAbortReleasesWaits(t *testing.T) {
 				require.Equal(t, result.InvalidUsage, result.Of(err))
 				require.Contains(t, err.Error(), "communicator aborted")
 				require.Equal(t, result.InvalidUsage, result.Of(r.e.OrderBefore(r.s)))
-				// A released stream goes on pushing into its peers' staging
-				// windows: nobody frees one before every stream drained.
+				// A released stream goes on pushing into its peers'
+				// staging windows: nobody frees one before every stream
+				// drained (the harness's SharedMem holds them).
 				r.w.bar.wait()
 				start := time.Now()
-				require.NoError(t, r.e.Finalize())
+				<-r.e.Close()
 				require.Less(t, time.Since(start), time.Second)
-				require.Nil(t, r.e.relStop, "release loop still running")
-				require.Zero(t, r.e.syncBase, "state not freed")
-				require.NoError(t, r.e.Finalize())
-				require.NoError(t, r.e.Abort(), "abort after finalize is a no-op")
+				require.True(t, r.e.Drained(), "state not freed")
+				require.Nil(t, r.e.sig.relStop, "release loop still running")
+				<-r.e.Close()
+				r.e.Abort() // a no-op after Close
 				return nil
 			})
 		})
 	}
 }
 
-// TestAbortReleasesOnlyItself: rank 2 never calls, and only one of ranks 0
-// and 1 aborts. The other stays blocked: an abort writes only the words its
-// own waits watch, never one a peer waits on (rank 0's array holds the
-// peers' release words when every rank is on one device), and the flags
-// its released stream copies later carry 0 (a star's rank 0 would release
-// everyone).
-func TestAbortReleasesOnlyItself(t *testing.T) {
-	c := collCase{fn: FuncAllGather, count: 8, dtype: 0, mode: bufPlain}
-	for _, sy := range []string{SyncAllPairs, SyncStar} {
-		for _, aborter := range []int{0, 1} {
-			t.Run(fmt.Sprintf("%s/aborter=%d", sy, aborter), func(t *testing.T) {
-				w := newWorld(t, 3, worldOpts{devices: 1})
-				cfg := testCfg()
-				cfg.Sync, cfg.FlagWrite = sy, FlagWriteCopy
-				w.run(cfg, 20*time.Second, false, func(r *rankEnv) error {
-					if r.rank == 2 {
-						r.w.bar.wait()
-						r.w.bar.wait()
-						return nil
-					}
-					p := r.prepare(c)
-					if err := r.e.Launch(&p.args); err != nil {
-						return err
-					}
-					if r.rank == aborter {
-						require.NoError(t, r.e.Abort())
-						if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
-							return err
-						}
-					}
-					r.w.bar.wait()
-					if r.rank != aborter {
-						time.Sleep(50 * time.Millisecond)
-						require.ErrorIs(t, r.rt.StreamQuery(r.s), hip.ErrNotReady, "rank %d released by rank %d's abort", r.rank, aborter)
-						require.NoError(t, r.e.Abort())
-						if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
-							return err
-						}
-					}
-					r.w.bar.wait()
-					return r.e.Finalize()
-				})
-			})
+// TestAbortWhileQueueFull: a rank whose peer never calls keeps issuing
+// until its stream's queue is full and Launch waits for room, holding the
+// engine's lock. Abort, which takes no lock, still gets through: the
+// waits are released, the blocked Launch returns, and Close frees the
+// state.
+func TestAbortWhileQueueFull(t *testing.T) {
+	c := collCase{fn: FuncAllGather, count: 64, dtype: 0, mode: bufWindow}
+	w := newWorld(t, 2, worldOpts{})
+	w.run(testCfg(), 90*time.Second, false, func(r *rankEnv) error {
+		p := r.prepare(c)
+		if r.rank == 1 {
+			r.w.bar.wait()
+			return nil
 		}
-	}
+		var calls atomic.Int64
+		done := make(chan error, 1)
+		go func() {
+			for {
+				calls.Add(1)
+				if err := r.e.Launch(&p.args); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		// Stuck: no new call for 300 ms.
+		for last, since := int64(-1), time.Now(); ; time.Sleep(10 * time.Millisecond) {
+			select {
+			case err := <-done:
+				return fmt.Errorf("launch failed before the queue filled: %w", err)
+			default:
+			}
+			if cur := calls.Load(); cur != last {
+				last, since = cur, time.Now()
+			} else if time.Since(since) > 300*time.Millisecond {
+				break
+			}
+			if time.Since(since) > 30*time.Second {
+				return fmt.Errorf("the queue never filled")
+			}
+		}
+		r.e.Abort()
+		select {
+		case err := <-done:
+			require.Equal(t, result.InvalidUsage, result.Of(err))
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("launch still blocked after Abort")
+		}
+		if err := streamDoneWithin(r.rt, r.s, 5*time.Second); err != nil {
+			return err
+		}
+		r.w.bar.wait()
+		<-r.e.Close()
+		require.True(t, r.e.Drained())
+		return nil
+	})
 }
 
-// TestFinalizeWaitsForLastCollective: Finalize must not free the flags
-// while the last collective is still queued (B19's event), and must give
-// up, leaking, after CECOLL_TIMEOUT.
-func TestFinalizeWaitsForLastCollective(t *testing.T) {
+// TestCloseNeverWaits: Close returns at once while a collective is
+// queued; the collective completes when its gate opens (its peer is
+// there), and only then is the state freed. With nothing to release the
+// queue (CECOLL_TIMEOUT passes), the state is leaked, not freed under the
+// stream.
+func TestCloseNeverWaits(t *testing.T) {
 	c := collCase{fn: FuncAllGather, count: 64, dtype: 0, mode: bufPlain}
-	t.Run("waits", func(t *testing.T) {
+	t.Run("completes", func(t *testing.T) {
 		w := newWorld(t, 2, worldOpts{})
 		w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
 			p := r.prepare(c)
@@ -166,51 +194,47 @@ func TestFinalizeWaitsForLastCollective(t *testing.T) {
 			if err := r.e.Launch(&p.args); err != nil {
 				return err
 			}
-			done := make(chan error, 1)
-			go func() { done <- r.e.Finalize() }()
+			start := time.Now()
+			done := r.e.Close()
+			require.Less(t, time.Since(start), 100*time.Millisecond, "Close waited")
 			select {
-			case err := <-done:
-				return fmt.Errorf("finalize returned while the collective was queued: %v", err)
-			case <-time.After(200 * time.Millisecond):
+			case <-done:
+				return fmt.Errorf("state freed while the collective was queued")
+			case <-time.After(100 * time.Millisecond):
 			}
 			release()
 			select {
-			case err := <-done:
-				if err != nil {
-					return err
-				}
+			case <-done:
 			case <-time.After(10 * time.Second):
-				return fmt.Errorf("finalize still waiting after the collective ended")
+				return fmt.Errorf("state not freed after the collective ended")
 			}
-			if r.e.syncBase != 0 {
-				return fmt.Errorf("state not freed")
+			require.True(t, r.e.Drained())
+			if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
+				return err
 			}
-			return streamDoneWithin(r.rt, r.s, time.Second)
+			return r.verify(c, p)
 		})
 	})
 	t.Run("timeout leaks", func(t *testing.T) {
-		t.Setenv("CECOLL_TIMEOUT", "0.2")
 		w := newWorld(t, 2, worldOpts{})
+		var mu sync.Mutex
 		var release []func()
 		w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
+			r.e.drainLimit = 200 * time.Millisecond
 			p := r.prepare(c)
 			rel := r.gate(r.s)
 			if err := r.e.Launch(&p.args); err != nil {
 				return err
 			}
 			start := time.Now()
-			if err := r.e.Finalize(); err != nil {
-				return err
-			}
+			<-r.e.Close()
 			if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
-				return fmt.Errorf("finalize gave up after %v, want about 0.2 s", d)
+				return fmt.Errorf("close gave up after %v, want about 0.2 s", d)
 			}
-			if r.e.syncBase == 0 {
-				return fmt.Errorf("the flags were freed under a queued collective")
-			}
-			r.w.regMu.Lock()
+			require.False(t, r.e.Drained(), "the state was freed under a queued collective")
+			mu.Lock()
 			release = append(release, rel)
-			r.w.regMu.Unlock()
+			mu.Unlock()
 			r.w.bar.wait()
 			if r.rank == 0 {
 				for _, f := range release {
@@ -220,16 +244,4 @@ func TestFinalizeWaitsForLastCollective(t *testing.T) {
 			return streamDoneWithin(r.rt, r.s, 10*time.Second)
 		})
 	})
-}
-
-func TestSequenceStaysBelow2To31(t *testing.T) {
-	for _, tc := range []struct{ from, want uint32 }{
-		{1, 2},
-		{seqLimit - 2, seqLimit - 1},
-		{seqLimit - 1, 2},
-		{^uint32(0), 2},
-	} {
-		e := &Engine{seq: tc.from}
-		require.Equal(t, tc.want, e.nextSeq(), "after %d", tc.from)
-	}
 }

@@ -18,19 +18,20 @@ type Comm interface {
 	RegisterWindow(p hip.DevicePtr, size uintptr) (Window, error)
 	// DeregisterWindow is local and never waits for peers.
 	DeregisterWindow(w Window) error
-	// FindWindow returns the registered window that holds [p, p+n), if any.
+	// FindWindow returns the symmetric window (NCCL_WIN_COLL_SYMMETRIC, or
+	// one of the engine's own) that holds [p, p+n), if any. A window
+	// registered without the symmetric flag promises nothing about the
+	// offsets peers pass, so it is not returned.
 	FindWindow(p hip.DevicePtr, n uintptr) (Window, bool)
 	// Barrier returns once every rank has entered it (host side, used by
 	// Init only: never inside a collective call).
 	Barrier() error
 	// DeviceShared reports whether another rank of this communicator runs
-	// in this process on this rank's device. Such ranks' streams share the
-	// device's hardware queues, so the engine adds no stream of its own
-	// there (see Engine.side).
+	// in this process on this rank's device.
 	DeviceShared() bool
 	// OneDevice reports whether every rank of the communicator runs in
 	// this process on this rank's device. The answer is the same on every
-	// rank, so it may choose the sync protocol (see Engine.rootRel).
+	// rank, so it may choose plans and signals.
 	OneDevice() bool
 }
 
@@ -62,6 +63,45 @@ const (
 	NumFuncs          Func = 11
 )
 
+var funcNames = [NumFuncs]string{"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
+	"SendRecv", "Send", "Recv", "AlltoAll", "Scatter", "Gather"}
+
+// String names f as NCCL does ("AllGather"); static text, so error paths
+// allocate only when they format.
+func (f Func) String() string {
+	if f < 0 || f >= NumFuncs {
+		return "unknown collective"
+	}
+	return funcNames[f]
+}
+
+// Rooted reports whether f has a root (Scatter, Gather).
+func (f Func) Rooted() bool { return f == FuncScatter || f == FuncGather }
+
+// NumTypes is ncclNumTypes.
+const NumTypes = 12
+
+var eltSizes = [NumTypes]uintptr{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
+
+var typeNames = [NumTypes]string{"ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64",
+	"ncclUint64", "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"}
+
+// TypeSize is the size of ncclDataType_t dt, 0 for an unknown one.
+func TypeSize(dt int32) uintptr {
+	if dt < 0 || dt >= NumTypes {
+		return 0
+	}
+	return eltSizes[dt]
+}
+
+// TypeName names ncclDataType_t dt as nccl.h does ("ncclFloat32").
+func TypeName(dt int32) string {
+	if dt < 0 || dt >= NumTypes {
+		return "unknown datatype"
+	}
+	return typeNames[dt]
+}
+
 // Args describes one rank's part of a collective (ncclCeCollArgs plus the
 // stream). Count is the per-rank element count of the public call and
 // EltSize the datatype's size: chunk = Count*EltSize bytes.
@@ -79,11 +119,11 @@ type Args struct {
 	// PeerSend and PeerRecv, when not nil, hold every rank's Send and Recv
 	// of this same call, indexed by rank: internal/comm knows them when all
 	// ranks were issued in one ncclGroupStart/End of one process, and the
-	// engine then writes to them directly (zero-copy, no window needed).
+	// engine then reaches them directly (the group path).
 	PeerSend []hip.DevicePtr
 	PeerRecv []hip.DevicePtr
-	// PeerReady and PeerDone hold every rank's events (Engine.Events), for
-	// an event round (Engine.EventRound); nil otherwise.
-	PeerReady []hip.Event
-	PeerDone  []hip.Event
+	// PeerEvents, when not nil, holds every rank's signal event
+	// (Engine.Event), for a group whose every rank runs on one device:
+	// the engine may then sync by events (see chooseSignal).
+	PeerEvents []hip.Event
 }

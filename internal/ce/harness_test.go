@@ -49,6 +49,7 @@ type worldOpts struct {
 	caps     *hip.Caps
 	devices  int // 0: one per rank
 	memAlloc func(rt hip.Runtime, p hip.DevicePtr, size uintptr)
+	wrap     func(rank int, rt hip.Runtime) hip.Runtime // a recording runtime (b_test.go)
 }
 
 func newWorld(t testing.TB, n int, o worldOpts) *world {
@@ -61,7 +62,11 @@ func newWorld(t testing.TB, n int, o worldOpts) *world {
 	w := &world{t: t, rt: rt, n: n, shared: make([]hip.DevicePtr, n)}
 	w.bar.n = n
 	for r := range n {
-		w.comms = append(w.comms, &testComm{w: w, rank: r, dev: r % devs, rt: testRT{rt, o.memAlloc}})
+		var crt hip.Runtime = testRT{rt, o.memAlloc}
+		if o.wrap != nil {
+			crt = o.wrap(r, crt)
+		}
+		w.comms = append(w.comms, &testComm{w: w, rank: r, dev: r % devs, rt: crt})
 	}
 	t.Cleanup(rt.Close)
 	return w
@@ -358,7 +363,7 @@ func (w *world) run(cfg Config, limit time.Duration, hangOK bool, body func(r *r
 			if w.failed.Load() {
 				return
 			}
-			_ = e.Finalize()
+			<-e.Close()
 			_ = c.rt.StreamDestroy(s)
 			for _, p := range r.mem {
 				_ = c.rt.MemFree(p)
@@ -426,37 +431,29 @@ func dumpGoroutines(t testing.TB) {
 	_ = os.Stderr.Sync()
 }
 
-// eventArgs sets a's PeerReady and PeerDone to every rank's event-round
-// events (Engine.Events), as internal/comm's group does.
-func (r *rankEnv) eventArgs(a *Args) {
-	ready, done := r.e.Events()
-	rs, ds := r.exchange(hip.DevicePtr(ready)), r.exchange(hip.DevicePtr(done))
-	a.PeerReady, a.PeerDone = make([]hip.Event, r.w.n), make([]hip.Event, r.w.n)
-	for p := range r.w.n {
-		a.PeerReady[p], a.PeerDone[p] = hip.Event(rs[p]), hip.Event(ds[p])
+// launchSteps issues a as internal/comm's group does: Prepare, then every
+// step, with a host barrier after each (the order the group's one thread
+// gives). Every rank calls it for the same call. With events, a must hold
+// every rank's event (withEvents).
+func (r *rankEnv) launchSteps(a *Args) error {
+	pr, err := r.e.Prepare(a)
+	if err != nil {
+		return err
 	}
-}
-
-// launchGroup issues a as internal/comm's group does: as an event round
-// when every rank's engine takes it (EventRound), its three steps
-// separated by host barriers (which give the order the group's one
-// thread gives), else with Launch. It reports whether the call was an
-// event round. Every rank calls it for the same call.
-func (r *rankEnv) launchGroup(a *Args) (bool, error) {
-	ok := hip.DevicePtr(0)
-	if r.e.EventRound(a) {
-		ok = 1
-	}
-	for _, v := range r.exchange(ok) {
-		if v == 0 {
-			return false, r.e.Launch(a)
-		}
-	}
-	for k := range 3 {
-		if err := r.e.Step(a, k); err != nil {
-			return true, err
+	for k := range pr.Steps {
+		if err := r.e.Step(k); err != nil {
+			return err
 		}
 		r.w.bar.wait()
 	}
-	return true, nil
+	return nil
+}
+
+// withEvents sets a.PeerEvents to every rank's event, as the group does.
+func (r *rankEnv) withEvents(a *Args) {
+	evs := r.exchange(hip.DevicePtr(r.e.Event()))
+	a.PeerEvents = make([]hip.Event, r.w.n)
+	for p := range r.w.n {
+		a.PeerEvents[p] = hip.Event(evs[p])
+	}
 }

@@ -1,34 +1,33 @@
 package comm
 
 import (
-	"cecoll/internal/log"
 	"cecoll/internal/result"
 )
 
-// Abort is ncclCommAbort: it fails the peers' pending bootstrap waits, has
-// the engine release this rank's queued flag waits so its streams drain
-// (ce.Engine.Abort), then frees everything like Destroy. It never waits
-// for peers. The engine's Finalize waits for this rank's last collective
-// at most CECOLL_ABORT_TIMEOUT seconds (default 5); past that the CE state
-// is left allocated (leaked) rather than freed under a stream that may
-// still touch it.
+// Abort is ncclCommAbort: it releases this rank's queued flag waits (the
+// engine's streams drain; the data of the collectives they belonged to is
+// undefined), fails the peers: those of other processes through the
+// bootstrap and those of this process directly (ncclRemoteError), then
+// frees everything like Destroy. It never waits for peers, and takes no
+// lock that a call waiting for room in a stream's queue holds. The engine
+// frees its state once its streams drained, within CECOLL_ABORT_TIMEOUT
+// seconds (default 5), or leaves it allocated (leaked) rather than free
+// it under a stream that may still touch it.
 func (c *Comm) Abort() error {
+	if eng := c.engine(); eng != nil {
+		eng.Abort() // first, without c.mu: a destroy in progress may hold it
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state() == stDestroyed {
 		return nil
 	}
+	err := result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank)
 	if c.boot != nil {
-		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank))
+		c.boot.Abort(err)
 	}
 	c.st.Store(int32(stAborted))
-	c.engMu.Lock()
-	if c.eng != nil {
-		if err := c.onDevice(c.eng.Abort); err != nil {
-			log.Warnf("rank %d: abort: engine: %v", c.rank, err)
-		}
-	}
-	c.engMu.Unlock()
+	c.fail(err)
 	c.releaseLocked()
 	c.detach()
 	return nil

@@ -39,7 +39,7 @@ func BenchmarkGroupAllGather4(b *testing.B) {
 	}
 	require.NoError(b, GroupStart())
 	for r, c := range comms {
-		_, err := c.WindowRegister(bufs[r], 2*n*chunk, 0)
+		_, err := c.WindowRegister(bufs[r], 2*n*chunk, WinCollSymmetric)
 		require.NoError(b, err)
 	}
 	require.NoError(b, GroupEnd())

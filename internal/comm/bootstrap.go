@@ -43,6 +43,9 @@ type world struct {
 	// and the memory of those windows already released (shared.go).
 	holds   int
 	pending []sharedAlloc
+
+	// The last ungrouped call on each stream (coll.go, claimStream).
+	streams map[streamKey]streamUse
 }
 
 type round struct {
@@ -54,7 +57,7 @@ type round struct {
 
 func newWorld(key uint64, n int) *world {
 	return &world{key: key, n: n, timeout: bootTimeout(), comms: make([]*Comm, n),
-		rounds: make(map[uint64]*round), abortCh: make(chan struct{})}
+		rounds: make(map[uint64]*round), abortCh: make(chan struct{}), streams: make(map[streamKey]streamUse)}
 }
 
 // peer returns rank's comm (nil before it joined and after its destroy).

@@ -121,16 +121,11 @@ func (c *Comm) checkPost(a *ce.Args) {
 	s := bd.at(c.rank, bd.next)
 	s.written.Store(0)
 	s.fn, s.dt, s.root, s.count = int32(a.Func), a.Datatype, int32(a.Root), uint64(a.Count)
-	s.flags = 0
-	if a.Func == ce.FuncAlltoAll && a.Send == a.Recv {
-		// In-place AlltoAll runs in more rounds than out-of-place
-		// (internal/ce alltoAll): every rank must choose alike.
-		s.flags = flagInPlace
+	p, flags := symmetricPointer(a, c.rank)
+	if st, err := c.rt.StreamGetCaptureStatus(a.Stream); err == nil && st == hip.CaptureActive {
+		flags |= flagCaptured
 	}
-	p := a.Recv
-	if a.Func == ce.FuncGather {
-		p = a.Send // the root pulls from every peer at its send offset
-	}
+	s.flags = flags
 	s.win, s.off = -1, 0
 	if w, ok := c.FindWindow(p, 1); ok {
 		if cw, ok := w.(*Window); ok {
@@ -139,6 +134,33 @@ func (c *Comm) checkPost(a *ce.Args) {
 	}
 	s.written.Store(1)
 	s.seq.Store(bd.next)
+}
+
+// symmetricPointer is the pointer of a that NCCL's contract makes
+// symmetric (the same offset of one window on every rank; ce plan.go),
+// and the form's flags: AllGather and AlltoAll recvbuff; Scatter recvbuff,
+// or in the in-place layout (recvbuff = sendbuff + rank*count) sendbuff;
+// Gather sendbuff, or in the in-place layout (sendbuff = recvbuff +
+// rank*count) recvbuff. An in-place AlltoAll runs another plan than an
+// out-of-place one, so that form must agree too.
+func symmetricPointer(a *ce.Args, rank int) (hip.DevicePtr, int32) {
+	mine := hip.DevicePtr(uintptr(rank) * a.Count * a.EltSize)
+	switch a.Func {
+	case ce.FuncAlltoAll:
+		if a.Send == a.Recv {
+			return a.Recv, flagInPlace
+		}
+	case ce.FuncScatter:
+		if a.Send != 0 && a.Recv == a.Send+mine {
+			return a.Send, flagInPlace
+		}
+	case ce.FuncGather:
+		if a.Recv != 0 && a.Send == a.Recv+mine {
+			return a.Recv, flagInPlace
+		}
+		return a.Send, 0
+	}
+	return a.Recv, 0
 }
 
 // windowIndex is w's registration number, the same on every rank.
@@ -151,8 +173,13 @@ func (c *Comm) windowIndex(w *Window) int64 {
 	return -1
 }
 
-// flagInPlace marks an in-place AlltoAll in a slot's flags.
-const flagInPlace = 1
+// Flags of a descriptor: the in-place form (AlltoAll, Scatter, Gather),
+// and a call under stream capture (graph and eager calls sync through
+// different flag words, so every rank must capture a call or none).
+const (
+	flagInPlace  = 1
+	flagCaptured = 2
+)
 
 type sig struct {
 	fn, dt, root int32
@@ -185,16 +212,35 @@ func (v sig) String() string {
 	if v.flags&flagInPlace != 0 {
 		ip = " in place"
 	}
-	return fmt.Sprintf("%s%s count %d datatype %d root %d, %s", FuncName(ce.Func(v.fn)), ip, v.count, v.dt, v.root, w)
+	if v.flags&flagCaptured != 0 {
+		ip += " captured"
+	}
+	root := ""
+	if ce.Func(v.fn).Rooted() {
+		root = fmt.Sprintf(" root %d", v.root)
+	}
+	return fmt.Sprintf("%s%s count %d %s%s, %s", ce.Func(v.fn), ip, v.count, ce.TypeName(v.dt), root, w)
 }
 
-// mismatch compares what must agree; window and offset only when both
-// ranks used a window (an unregistered buffer is staged).
+// mismatch compares what must agree: the call, its form, capture, and
+// where the symmetric pointer lies: in the same window at the same offset
+// on both ranks, or in no window on both (one rank would go zero-copy into
+// the other's window while that one waits for staged data: NCCL's
+// symmetric-registration contract is broken).
+//
+// The form matters only on the window path (staged blocks go through the
+// staging windows whatever the layout).
 func (v sig) mismatch(o sig) bool {
-	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.root != o.root || v.flags != o.flags {
+	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.flags&flagCaptured != o.flags&flagCaptured {
 		return true
 	}
-	return v.win >= 0 && o.win >= 0 && (v.win != o.win || v.off != o.off)
+	if ce.Func(v.fn).Rooted() && v.root != o.root {
+		return true
+	}
+	if (v.win >= 0) != (o.win >= 0) {
+		return true
+	}
+	return v.win >= 0 && (v.win != o.win || v.off != o.off || v.flags != o.flags)
 }
 
 func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
@@ -220,7 +266,7 @@ func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
 			// Peers learn it through the bootstrap too (before any
 			// ncclCommAbort of ours could tell them less).
 			c.node.boot.Abort(err)
-			c.remoteFailed(err) // logs it
+			c.fail(err) // logs it
 			return
 		}
 	}

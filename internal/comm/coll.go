@@ -5,30 +5,12 @@ import (
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
+	"cecoll/internal/osthread"
 	"cecoll/internal/result"
 )
 
-// dtypeSizes are the sizes of ncclDataType_t values 0..11.
-var dtypeSizes = [...]uintptr{1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1}
-
 // DatatypeSize is the size of an ncclDataType_t, 0 for an unknown one.
-func DatatypeSize(dt int32) uintptr {
-	if dt < 0 || int(dt) >= len(dtypeSizes) {
-		return 0
-	}
-	return dtypeSizes[dt]
-}
-
-var funcNames = [...]string{"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
-	"SendRecv", "Send", "Recv", "AlltoAll", "Scatter", "Gather"}
-
-// FuncName is the NCCL name of fn ("AllGather").
-func FuncName(fn ce.Func) string {
-	if fn < 0 || int(fn) >= len(funcNames) {
-		return "unknown collective"
-	}
-	return funcNames[fn]
-}
+func DatatypeSize(dt int32) uintptr { return ce.TypeSize(dt) }
 
 // Collective issues one public collective call (ncclAllGather ...): it
 // fills the arguments ncclLaunchCeColl would get and launches them.
@@ -53,92 +35,131 @@ func (c *Comm) Launch(a *ce.Args, sendWin, recvWin *Window) error {
 			return c.usable("ncclLaunchCeColl")
 		}
 		pc := pendingColl{c: c, seq: c.seq.Add(1), a: *a}
-		pc.a.PeerSend, pc.a.PeerRecv = nil, nil
-		if sendWin != nil {
-			pc.a.SendWin = sendWin
-		}
-		if recvWin != nil {
-			pc.a.RecvWin = recvWin
-		}
+		pc.a.PeerSend, pc.a.PeerRecv, pc.a.PeerEvents = nil, nil, nil
+		pc.a.SendWin, pc.a.RecvWin = symmetric(sendWin), symmetric(recvWin)
 		g.colls = append(g.colls, pc)
 		return nil
 	}
-	if err := c.usable(FuncName(a.Func)); err != nil {
+	if err := c.usable(a.Func.String()); err != nil {
 		return err
 	}
-	c.seq.Add(1)
+	if err := c.claimStream(a.Stream); err != nil {
+		return err
+	}
 	c.engMu.Lock()
 	defer c.engMu.Unlock()
 	c.args = *a
-	c.args.PeerSend, c.args.PeerRecv, c.args.SendWin, c.args.RecvWin = nil, nil, nil, nil
-	if sendWin != nil {
-		c.args.SendWin = sendWin
-	}
-	if recvWin != nil {
-		c.args.RecvWin = recvWin
-	}
+	c.args.PeerSend, c.args.PeerRecv, c.args.PeerEvents = nil, nil, nil
+	c.args.SendWin, c.args.RecvWin = symmetric(sendWin), symmetric(recvWin)
 	cur, err := c.rt.GetDevice()
 	if err != nil {
 		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
 	}
-	err = c.launchLocked(&c.args)
 	if cur != c.dev {
-		c.rt.SetDevice(cur)
+		defer c.rt.SetDevice(cur)
 	}
-	return err
-}
-
-// launchNow launches a deferred collective at ncclGroupEnd. It leaves the
-// comm's device current: the group restores the caller's once, at its end.
-func (c *Comm) launchNow(a *ce.Args) error {
-	if err := c.usable(FuncName(a.Func)); err != nil {
+	pr, err := c.prepareLocked(&c.args)
+	if err != nil {
 		return err
 	}
-	c.engMu.Lock()
-	defer c.engMu.Unlock()
-	c.args = *a
-	return c.launchLocked(&c.args)
-}
-
-// stepNow runs step k of a grouped event round (ce.Engine.Step). Like
-// launchNow it leaves the comm's device current.
-func (c *Comm) stepNow(a *ce.Args, k int) error {
-	if k == 0 {
-		if err := c.usable(FuncName(a.Func)); err != nil {
+	for k := range pr.Steps {
+		if err := c.stepLocked(a.Func, k); err != nil {
 			return err
 		}
-	}
-	c.engMu.Lock()
-	defer c.engMu.Unlock()
-	ee, ok := c.eng.(eventEngine)
-	if !ok {
-		return result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", FuncName(a.Func))
-	}
-	if k == 0 {
-		c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
-	}
-	if err := ee.Step(a, k); err != nil {
-		return result.Errorf(result.Of(err), "%s: %w", FuncName(a.Func), err)
 	}
 	return nil
 }
 
-// launchLocked hands a to the engine, which makes the comm's device
-// current; c.engMu held. The caller restores its own device.
-func (c *Comm) launchLocked(a *ce.Args) error {
+// symmetric is w as the engine may use it: windows registered without
+// NCCL_WIN_COLL_SYMMETRIC promise nothing about peers' offsets.
+func symmetric(w *Window) ce.Window {
+	if w == nil || w.flags&WinCollSymmetric == 0 {
+		return nil
+	}
+	return w
+}
+
+// claimStream refuses an ungrouped call on a stream on which another rank
+// of this communicator in this process has issued the same collective:
+// each would wait for the other behind it, forever. In a group the steps
+// of every rank interleave, so ranks may share a stream there. The NULL
+// stream and its explicit name are one stream; cudaStreamPerThread is one
+// per thread.
+func (c *Comm) claimStream(s hip.Stream) error {
+	if c.w == nil || c.w.n == 1 {
+		c.seq.Add(1)
+		return nil
+	}
+	key := streamKey{s: s}
+	switch s {
+	case hip.StreamLegacy:
+		key.s = hip.StreamNull
+	case hip.StreamPerThread:
+		key.tid = osthread.ID()
+	}
+	seq := c.seq.Load() + 1 // the call being issued
+	w := c.w
+	w.mu.Lock()
+	u, ok := w.streams[key]
+	if !ok || u.seq != seq || u.rank == c.rank {
+		w.streams[key] = streamUse{seq: seq, rank: c.rank}
+		c.seq.Store(seq)
+		w.mu.Unlock()
+		return nil
+	}
+	w.mu.Unlock()
+	what := "the same stream"
+	if key.s == hip.StreamNull {
+		what = "the NULL stream"
+	}
+	err := result.Errorf(result.InvalidUsage,
+		"ranks %d and %d of this communicator issued collective #%d on %s outside a group: each would wait for the other behind it; give each rank its own stream, or issue them in one ncclGroupStart/End",
+		u.rank, c.rank, seq, what)
+	// Rank u.rank's part is enqueued and would wait for this one forever:
+	// the communicator fails, which releases it.
+	c.fail(err)
+	return err
+}
+
+type streamKey struct {
+	s   hip.Stream
+	tid int
+}
+
+type streamUse struct {
+	seq  uint64
+	rank int
+}
+
+// prepareLocked hands a to the engine, which plans it without enqueueing
+// anything; c.engMu held.
+func (c *Comm) prepareLocked(a *ce.Args) (ce.Prepared, error) {
 	if c.eng == nil {
-		return result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", FuncName(a.Func))
+		return ce.Prepared{}, result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", a.Func)
 	}
 	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
-	if err := c.eng.Launch(a); err != nil {
-		return result.Errorf(result.Of(err), "%s: %w", FuncName(a.Func), err)
+	pr, err := c.eng.Prepare(a)
+	if err != nil {
+		return pr, result.Errorf(result.Of(err), "%s: %w", a.Func, err)
+	}
+	return pr, nil
+}
+
+// stepLocked runs step k of the prepared call; c.engMu held. A step that
+// fails may leave part of the collective enqueued, with the flags out of
+// step: the communicator fails (and its waits are released).
+func (c *Comm) stepLocked(f ce.Func, k int) error {
+	if err := c.eng.Step(k); err != nil {
+		err = result.Errorf(result.Of(err), "%s: %w", f, err)
+		c.fail(err)
+		return err
 	}
 	return nil
 }
 
 // check validates one rank's arguments as NCCL's argcheck does.
 func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
-	name := FuncName(a.Func)
+	name := a.Func.String()
 	switch a.Func {
 	case ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather:
 	case ce.FuncReduce, ce.FuncAllReduce, ce.FuncReduceScatter:
@@ -154,7 +175,7 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 		return result.Errorf(result.InvalidArgument, "%s: unknown datatype %d", name, a.Datatype)
 	}
 	if a.EltSize != elt {
-		return result.Errorf(result.InvalidArgument, "%s: eltSize %d does not match datatype %d (%d bytes)", name, a.EltSize, a.Datatype, elt)
+		return result.Errorf(result.InvalidArgument, "%s: eltSize %d does not match %s (%d bytes)", name, a.EltSize, ce.TypeName(a.Datatype), elt)
 	}
 	rooted := a.Func == ce.FuncScatter || a.Func == ce.FuncGather
 	if rooted && (a.Root < 0 || a.Root >= c.size) {

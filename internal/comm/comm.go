@@ -18,20 +18,30 @@ import (
 // engine is what a communicator needs of *ce.Engine. Tests substitute a
 // fake through newEngine to exercise this package before the engine exists.
 type engine interface {
-	Launch(a *ce.Args) error
-	// Finalize waits (bounded) for the engine's last collective, then frees
-	// its state; Abort releases the engine's queued flag waits first.
-	Finalize() error
-	Abort() error
+	// Prepare validates and plans a call, enqueueing nothing; Step runs
+	// its steps in order (ce run.go).
+	Prepare(a *ce.Args) (ce.Prepared, error)
+	Step(k int) error
+	// Close ends the engine at once and frees it once its streams drained
+	// (the channel closes then); Abort releases its queued flag waits.
+	// Neither waits for peers, and Abort takes no lock a call may hold.
+	Close() <-chan struct{}
+	Drained() bool
+	Abort()
+	// Pending and Issued are the watchdog's progress probe, lock-free.
+	Pending() bool
+	Issued() uint64
+	// Event is the rank's signal event for a group's event syncs.
+	Event() hip.Event
+	// OrderBefore and OrderAfter put a graph launch between the engine's
+	// eager calls (B19).
+	OrderBefore(s hip.Stream) error
+	OrderAfter(s hip.Stream) error
 }
 
-// eventEngine is an engine that runs grouped calls as event rounds
-// (internal/ce event.go); *ce.Engine is one, test fakes need not be.
-type eventEngine interface {
-	Events() (ready, done hip.Event)
-	EventRound(a *ce.Args) bool
-	Step(a *ce.Args, k int) error
-}
+// engRef boxes an engine for an atomic pointer: the watchdog and abort
+// read it without the launch lock.
+type engRef struct{ e engine }
 
 // newEngine sets up a rank's CE state; collective.
 var newEngine = func(c ce.Comm, cfg ce.Config) (engine, error) {
@@ -75,8 +85,14 @@ type Comm struct {
 
 	engMu sync.Mutex // engine (re)init, launches, finalize
 	eng   engine
-	args  ce.Args       // reused by every launch: the launch path allocates nothing
-	seq   atomic.Uint64 // collectives issued, the same sequence on every rank
+	engA  atomic.Pointer[engRef] // eng, for readers that must not take engMu
+	args  ce.Args                // reused by every launch: the launch path allocates nothing
+	seq   atomic.Uint64          // collectives issued, the same sequence on every rank
+
+	// asyncErr is the communicator's first asynchronous failure (a peer's
+	// death or abort, no progress for CECOLL_TIMEOUT, a failed step, a
+	// CECOLL_CHECK mismatch): every later call returns it.
+	asyncErr atomic.Pointer[error]
 
 	winMu   sync.RWMutex
 	wins    []*Window // sorted by base; registered or being registered
@@ -267,6 +283,7 @@ func (c *Comm) runInit() error {
 		return result.Errorf(result.InvalidUsage, "communicator aborted during initialisation")
 	}
 	c.st.Store(int32(stReady))
+	watchAdd(c)
 	log.Infof("comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
 	return nil
 }
@@ -299,29 +316,55 @@ func (c *Comm) initCollective() error {
 		return result.Errorf(result.Of(err), "rank %d: copy-engine init: %w", c.rank, err)
 	}
 	c.engMu.Lock()
-	c.eng = eng
+	c.setEngine(eng)
 	c.engMu.Unlock()
 	return nil
 }
 
+// setEngine installs eng (nil: none); c.engMu held.
+func (c *Comm) setEngine(eng engine) {
+	c.eng = eng
+	if eng == nil {
+		c.engA.Store(nil)
+		return
+	}
+	c.engA.Store(&engRef{eng})
+}
+
+// engine is the current engine, read without the launch lock; nil if none.
+func (c *Comm) engine() engine {
+	if r := c.engA.Load(); r != nil {
+		return r.e
+	}
+	return nil
+}
+
 // checkQueues refuses a communicator whose ranks in this process on dev
-// could fill the device's hardware queues: a flag sync parks one stream
-// per rank, and once every queue holds a parked stream no other stream of
-// the process runs there, the releasing writes included (Caps.StreamQueues).
-// That would hang on the first collective; an error now says how to fix it.
+// could fill the device's hardware queues. While a collective is pending
+// each rank holds two: the engine's stream parked on a flag wait, and the
+// caller's stream waiting on the engine's end event (on the H200 an event
+// wait holds a queue as a flag wait does: docs/measurements.md, eighth
+// session). Once every queue holds a parked stream no other stream of the
+// process runs there, the releasing writes included (Caps.StreamQueues):
+// the first collective would hang, so an error now says how to fix it.
 func checkQueues(rt hip.Runtime, dev, local int) error {
 	q := rt.Caps().StreamQueues
-	if q == 0 || local < q {
+	if q == 0 || queuesPerRank*local < q {
 		return nil
 	}
-	fix := fmt.Sprintf("run at most %d ranks per device per process", q-1)
+	fix := fmt.Sprintf("run at most %d ranks per device per process", (q-1)/queuesPerRank)
 	if q < hip.MaxStreamQueues {
-		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA, or %s", hip.MaxStreamQueues, fix)
+		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA (up to %d ranks), or %s",
+			hip.MaxStreamQueues, (hip.MaxStreamQueues-1)/queuesPerRank, fix)
 	}
 	return result.Errorf(result.InvalidUsage,
-		"%d ranks of this communicator share device %d in this process, but its context has %d hardware queues "+
-			"(CUDA_DEVICE_MAX_CONNECTIONS): their flag syncs would stall the GPU; %s", local, dev, q, fix)
+		"%d ranks of this communicator share device %d in this process; each holds %d of the context's %d hardware queues "+
+			"(CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s", local, dev, queuesPerRank, q, fix)
 }
+
+// queuesPerRank is how many hardware queues a rank's pending collective
+// holds (checkQueues).
+const queuesPerRank = 2
 
 // onDevice runs f with the comm's device current on the calling thread,
 // then restores the caller's device (NCCL programs do not expect a call to
@@ -340,40 +383,59 @@ func (c *Comm) onDevice(f func() error) error {
 	return f()
 }
 
-// finalizeEngineLocked releases the CE state; c.engMu held. The engine
-// waits for its own last collective before freeing the flags its streams
-// read (bounded; it leaks them rather than free them under a stream), so
-// no device-wide synchronize is needed here.
-func (c *Comm) finalizeEngineLocked() error {
-	if c.eng == nil {
-		return nil
-	}
+// closeEngineLocked ends the CE state: the engine stops taking calls at
+// once and frees itself once its streams drained (the returned function
+// waits for that and reports whether it happened, rather than a leak).
+// c.engMu held. It never waits for peers.
+func (c *Comm) closeEngineLocked() (drained func() bool) {
 	eng := c.eng
-	c.eng = nil
-	return c.onDevice(eng.Finalize)
+	c.setEngine(nil)
+	if eng == nil {
+		return func() bool { return true }
+	}
+	done := eng.Close()
+	return func() bool {
+		<-done
+		return eng.Drained()
+	}
 }
 
 // releaseLocked frees everything local: engine, windows, the world's slot.
-// c.mu held. Idempotent.
+// c.mu held. Idempotent, and it never waits: the user windows' peer
+// mappings, which a pending collective's copies may still write, are
+// unmapped once the engine's streams have drained (never if they did not);
+// the engine deregisters its own windows when it frees itself.
 func (c *Comm) releaseLocked() {
+	watchRemove(c)
 	c.engMu.Lock()
-	ferr := c.finalizeEngineLocked()
-	if ferr != nil {
-		log.Warnf("rank %d: engine finalize: %v", c.rank, ferr)
-	}
+	drained := c.closeEngineLocked()
 	c.engMu.Unlock()
 	c.winMu.Lock()
+	var user []*Window
+	kept := c.wins[:0]
 	for _, w := range c.wins {
-		w.live.Store(false)
-		// An internal window still listed was not released by the
-		// engine (its streams did not drain): its imports stay mapped.
-		if ferr == nil && !w.internal {
-			c.unmapWindow(w)
+		if w.internal {
+			kept = append(kept, w)
+			continue
 		}
+		w.live.Store(false)
+		w.dead = true
+		user = append(user, w)
 	}
-	c.wins = nil
+	c.wins = kept
 	c.regs = make(map[uintptr][2]uintptr)
 	c.winMu.Unlock()
+	if len(user) == 0 {
+		return
+	}
+	go func() {
+		if !drained() {
+			return
+		}
+		for _, w := range user {
+			c.unmapWindow(w)
+		}
+	}()
 }
 
 // Finalize is ncclCommFinalize: local, idempotent. It releases the CE state
@@ -387,12 +449,10 @@ func (c *Comm) Finalize() error {
 		return result.Errorf(result.InvalidUsage, "ncclCommFinalize: communicator is still being created (its ncclGroupEnd has not run)")
 	case stReady:
 		c.st.Store(int32(stFinalized))
+		watchRemove(c)
 		c.engMu.Lock()
-		err := c.finalizeEngineLocked()
+		c.closeEngineLocked()
 		c.engMu.Unlock()
-		if err != nil {
-			return result.Errorf(result.Of(err), "ncclCommFinalize: %w", err)
-		}
 	}
 	return nil
 }
@@ -432,23 +492,53 @@ func (c *Comm) detach() {
 }
 
 // AsyncError is ncclCommGetAsyncError: nil normally, the init error of a
-// communicator whose deferred creation failed.
+// communicator whose deferred creation failed, or its first asynchronous
+// failure.
 func (c *Comm) AsyncError() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.state() == stFailed {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		return c.initErr
 	}
-	if err := c.nodeAsyncError(); err != nil {
-		return err
+	if p := c.asyncErr.Load(); p != nil {
+		return *p
 	}
 	return nil
+}
+
+// fail records err as the communicator's asynchronous failure (the first
+// one wins) and releases what waits: the engine's queued flag waits, the
+// peers in other processes (told through the bootstrap) and the ranks of
+// this process, which share the failed collectives. It takes no lock a
+// call may hold, so it gets through while a call waits for room in a
+// stream's queue.
+func (c *Comm) fail(err error) {
+	if !c.asyncErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	log.Warnf("rank %d: %v", c.rank, err)
+	if eng := c.engine(); eng != nil {
+		eng.Abort()
+	}
+	if c.node != nil {
+		c.node.boot.Abort(err)
+	}
+	if c.w != nil {
+		for r := range c.w.n {
+			if p := c.w.peer(r); p != nil && p != c {
+				p.fail(err)
+			}
+		}
+	}
 }
 
 // usable returns nil when collectives may be issued on c.
 func (c *Comm) usable(what string) error {
 	switch c.state() {
 	case stReady:
+		if p := c.asyncErr.Load(); p != nil {
+			return result.Errorf(result.Of(*p), "%s: the communicator failed: %w", what, *p)
+		}
 		return nil
 	case stInit:
 		return result.Errorf(result.InvalidUsage, "%s: communicator is still being created (its ncclGroupEnd has not run)", what)
@@ -494,14 +584,16 @@ func (c *Comm) ceInitNow() error {
 		if err != nil {
 			return result.Errorf(result.Of(err), "ncclCeInit: %w", err)
 		}
-		c.eng = eng
+		c.setEngine(eng)
 		return nil
 	})
 }
 
-// CeFinalize is ncclCeFinalize: local and idempotent.
+// CeFinalize is ncclCeFinalize: local and idempotent. The engine is freed
+// once its streams drained; a later ncclCeInit makes a new one.
 func (c *Comm) CeFinalize() error {
 	c.engMu.Lock()
 	defer c.engMu.Unlock()
-	return c.finalizeEngineLocked()
+	c.closeEngineLocked()
+	return nil
 }

@@ -3,6 +3,7 @@ package comm
 import (
 	"encoding/binary"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -82,20 +83,21 @@ func (r queuesRT) Caps() hip.Caps {
 	return c
 }
 
-// TestQueueLimit: ranks of one process on one device that could park as
-// many streams as the context has hardware queues would deadlock the GPU
-// (checkQueues); creation refuses them with an error that says what to set,
-// in both creation paths, and counts only the ranks of one device.
+// TestQueueLimit: ranks of one process on one device whose pending
+// collectives could park as many streams as the context has hardware
+// queues (two per rank: the engine's and the caller's) would deadlock the
+// GPU (checkQueues); creation refuses them with an error that says what to
+// set, in both creation paths, and counts only the ranks of one device.
 func TestQueueLimit(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	useFakeEngine(t)
-	rt := queuesRT{newRT(t, 2), 4}
+	rt := queuesRT{newRT(t, 2), 8}
 
 	comms, err := InitAll(rt, 3, []int{0, 0, 0}, DefaultConfig())
-	require.NoError(t, err, "3 ranks on a device of 4 queues")
+	require.NoError(t, err, "3 ranks on a device of 8 queues")
 	destroyAll(t, comms)
 	comms, err = InitAll(rt, 6, []int{0, 1, 0, 1, 0, 1}, DefaultConfig())
-	require.NoError(t, err, "3 ranks on each of two devices of 4 queues")
+	require.NoError(t, err, "3 ranks on each of two devices of 8 queues")
 	destroyAll(t, comms)
 
 	_, err = InitAll(rt, 5, []int{0, 0, 1, 0, 0}, DefaultConfig())
@@ -105,13 +107,15 @@ func TestQueueLimit(t *testing.T) {
 
 	_, errs := initThreads(t, rt, []int{1, 1, 1, 1})
 	for r, err := range errs {
-		requireCode(t, result.InvalidUsage, err)
+		// A rank may learn of a peer's refusal first (ncclRemoteError):
+		// either way the message names the cause.
+		require.Error(t, err)
 		require.ErrorContains(t, err, "share device 1", "rank %d", r)
 	}
 
-	_, err = InitAll(queuesRT{rt.Runtime, 32}, 32, make([]int, 32), DefaultConfig())
+	_, err = InitAll(queuesRT{rt.Runtime, 32}, 16, make([]int, 16), DefaultConfig())
 	requireCode(t, result.InvalidUsage, err)
-	require.ErrorContains(t, err, "run at most 31 ranks per device per process")
+	require.ErrorContains(t, err, "run at most 15 ranks per device per process")
 	require.NotContains(t, err.Error(), "set CUDA_DEVICE_MAX_CONNECTIONS")
 }
 
@@ -213,9 +217,12 @@ func TestFinalizeDestroyAbort(t *testing.T) {
 	require.NoError(t, comms[0].Destroy())
 	require.NoError(t, comms[0].Destroy())
 
-	// Abort, then destroy works; collectives are refused.
+	// Abort, then destroy works; collectives are refused, on the aborted
+	// rank and on its peer, which learns of the abort.
 	require.NoError(t, comms[1].Abort())
 	requireCode(t, result.InvalidUsage, coll(comms[1]))
+	requireCode(t, result.RemoteError, comms[2].AsyncError())
+	requireCode(t, result.RemoteError, coll(comms[2]))
 	require.NoError(t, comms[1].Destroy())
 
 	// Destroy without finalize finalizes; no internal window survives.
@@ -376,23 +383,30 @@ func TestGroupLaunchAllocs(t *testing.T) {
 
 type nopEngine struct{}
 
-func (nopEngine) Launch(*ce.Args) error { return nil }
-func (nopEngine) Finalize() error       { return nil }
-func (nopEngine) Abort() error          { return nil }
+func (nopEngine) Prepare(*ce.Args) (ce.Prepared, error) { return ce.Prepared{}, nil }
+func (nopEngine) Step(int) error                        { return nil }
+func (nopEngine) Close() <-chan struct{}                { return closedChan() }
+func (nopEngine) Drained() bool                         { return true }
+func (nopEngine) Abort()                                {}
+func (nopEngine) Pending() bool                         { return false }
+func (nopEngine) Issued() uint64                        { return 0 }
+func (nopEngine) Event() hip.Event                      { return 0 }
+func (nopEngine) OrderBefore(hip.Stream) error          { return nil }
+func (nopEngine) OrderAfter(hip.Stream) error           { return nil }
 
 // abortEngine records that comm asked it to release its waits.
 type abortEngine struct {
 	nopEngine
-	aborted *int
+	aborted *atomic.Int32
 }
 
-func (e abortEngine) Abort() error { *e.aborted++; return nil }
+func (e abortEngine) Abort() { e.aborted.Add(1) }
 
 func TestAbortCallsEngine(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	aborted := 0
+	var aborted [2]atomic.Int32
 	old := newEngine
-	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return abortEngine{aborted: &aborted}, nil }
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return abortEngine{aborted: &aborted[c.Rank()]}, nil }
 	defer func() { newEngine = old }()
 	rt := newRT(t, 1)
 	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
@@ -402,7 +416,11 @@ func TestAbortCallsEngine(t *testing.T) {
 		require.NoError(t, c.Abort())
 		require.NoError(t, c.Destroy())
 	}
-	require.Equal(t, 2, aborted)
+	// Each engine was asked to release its waits (more than once is
+	// fine: the engine's Abort is idempotent).
+	for r := range aborted {
+		require.Positive(t, aborted[r].Load(), "rank %d", r)
+	}
 }
 
 // Abort with a collective in flight whose peer never issues its part: the
@@ -453,9 +471,9 @@ func TestGroupSimulateEnd(t *testing.T) {
 	require.NoError(t, c.Destroy())
 }
 
-// Finalize must wait for the communicator's last collective before the
-// engine frees its flags (the engine's own wait: no device-wide
-// synchronize), and not longer.
+// Finalize returns at once, never waiting for a collective still queued
+// (nor for its peers), and the collective completes all the same: the
+// engine frees its state only once its streams drained.
 func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	runtime.LockOSThread()
@@ -471,6 +489,11 @@ func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
 		require.NoError(t, err)
 		buf[r], err = MemAlloc(rt, 8192)
 		require.NoError(t, err)
+		img := make([]byte, 64)
+		for i := range img {
+			img[i] = byte(r + 1)
+		}
+		require.NoError(t, hip.CopyToDevice(rt, buf[r], img))
 	}
 	// Gate rank 0's stream on a word the test writes later.
 	require.NoError(t, rt.SetDevice(0))
@@ -485,21 +508,21 @@ func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
 	go func() { done <- comms[1].Finalize() }()
 	select {
 	case err := <-done:
-		t.Fatalf("Finalize returned while its collective was queued: %v", err)
-	case <-time.After(200 * time.Millisecond):
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Finalize waited for a queued collective")
 	}
 	one := []byte{1, 0, 0, 0}
 	require.NoError(t, hip.CopyToDevice(rt, gate, one))
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("Finalize still waiting after the collective could complete")
-	}
 	require.NoError(t, comms[0].Finalize())
 	for r := range 2 {
 		require.NoError(t, rt.SetDevice(r))
 		require.NoError(t, rt.StreamSynchronize(s[r]))
+		got := make([]byte, 128)
+		require.NoError(t, hip.CopyFromDevice(rt, got, buf[r]+4096))
+		for i := range got {
+			require.Equal(t, byte(i/64+1), got[i], "rank %d byte %d: the collective completed after Finalize", r, i)
+		}
 		require.NoError(t, rt.StreamDestroy(s[r]))
 		require.NoError(t, MemFree(rt, buf[r]))
 		require.NoError(t, comms[r].Destroy())
@@ -507,10 +530,10 @@ func TestFinalizeWaitsForQueuedCollective(t *testing.T) {
 	require.NoError(t, MemFree(rt, gate))
 }
 
-// TestGroupEventRounds runs grouped calls of every rank on one device
-// with real engines: they run as event rounds (internal/ce event.go),
-// move the right bytes, and allocate nothing.
-func TestGroupEventRounds(t *testing.T) {
+// TestGroupOneDevice runs grouped calls of every rank on one device with
+// real engines (event syncs: internal/ce chooseEvents): they move the
+// right bytes and allocate nothing.
+func TestGroupOneDevice(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	const n, chunk = 4, 256
 	rt := newRT(t, 1)
@@ -558,9 +581,7 @@ func TestGroupEventRounds(t *testing.T) {
 	}
 	for _, fn := range []ce.Func{ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather} {
 		t.Run(fn.String(), func(t *testing.T) {
-			before := eventRounds.Load()
 			group(fn)()
-			require.Equal(t, before+1, eventRounds.Load(), "not an event round")
 			for r := range n {
 				require.NoError(t, rt.StreamSynchronize(streams[r]))
 			}

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,12 +22,14 @@ type group struct {
 	colls   []pendingColl
 
 	// launch's scratch: the set of each collective (same world and
-	// sequence), and every complete set's peer buffers and events.
-	setOf  []int
-	sets   []collSet
-	index  map[setKey]int
-	peers  []hip.DevicePtr
-	events []hip.Event
+	// sequence), every complete set's peer buffers and events, and the
+	// members of the set being run.
+	setOf   []int
+	sets    []collSet
+	index   map[setKey]int
+	peers   []hip.DevicePtr
+	events  []hip.Event
+	members []int
 }
 
 type setKey struct {
@@ -34,15 +37,11 @@ type setKey struct {
 	seq uint64
 }
 
-// collSet is one collective's ranks in a group: how many were issued, and
-// whether they disagree.
+// collSet is one collective's ranks in a group: how many were issued.
 type collSet struct {
-	key     setKey
-	first   int // index in colls of its first rank
-	count   int
-	bad     bool
-	evented bool        // runs as an event round (eventSet)
-	events  []hip.Event // every rank's ready then done events (eventSet)
+	key   setKey
+	first int // index in colls of its first rank
+	count int
 }
 
 var groupPool = sync.Pool{New: func() any { return &group{index: make(map[setKey]int)} }}
@@ -59,24 +58,20 @@ func (g *group) release() {
 	clear(g.index)
 	g.depth = 0
 	g.inits, g.ceInits, g.regs, g.colls = g.inits[:0], g.ceInits[:0], g.regs[:0], g.colls[:0]
-	g.setOf, g.sets, g.peers, g.events = g.setOf[:0], g.sets[:0], g.peers[:0], g.events[:0]
+	g.setOf, g.sets, g.peers, g.events, g.members = g.setOf[:0], g.sets[:0], g.peers[:0], g.events[:0], g.members[:0]
 	groupPool.Put(g)
 }
 
 type pendingColl struct {
-	c      *Comm
-	seq    uint64
-	a      ce.Args
-	failed bool // a step of its event round failed: it takes no further step
+	c   *Comm
+	seq uint64
+	a   ce.Args
 }
 
 var groups = struct {
 	sync.Mutex
 	m map[int]*group // by OS thread id
 }{m: make(map[int]*group)}
-
-// eventRounds counts the event rounds run (runEventSet), for tests.
-var eventRounds atomic.Uint64
 
 // openGroups counts threads inside a group, so that the common case (no
 // group anywhere) skips the lookup on the launch path.
@@ -208,10 +203,20 @@ func (g *group) setUp() []error {
 	})
 }
 
-// launch issues the deferred collectives in order. A collective whose
-// every rank was issued in this group gets every rank's buffers
-// (Args.PeerSend/PeerRecv): each rank sees the same complete set, so all
-// ranks of that call take the same path.
+// launch issues the deferred collectives. The calls of one collective
+// (one world and sequence number) form a set, and sets run in the order
+// of their first call. A complete set (every rank of the communicator was
+// issued here) gets every rank's buffers (the group path) and events
+// (chooseEvents in internal/ce decides whether to use them), so every
+// rank of it takes the same plan.
+//
+// A set runs all or nothing: every member is prepared (planned, nothing
+// enqueued) before any step runs, and a refusal of one refuses all. Then
+// step k of every member runs before step k+1 of any: event syncs need
+// each record enqueued before its wait, and so no member's stream queue
+// fills with its later rounds while a peer issued by this same thread
+// has not arrived (a full queue would block this thread for good), and
+// members sharing a stream are all joined in before any is joined out.
 func (g *group) launch() []error {
 	for i := range g.colls {
 		pc := &g.colls[i]
@@ -232,131 +237,101 @@ func (g *group) launch() []error {
 		}
 	}
 	g.peers = append(g.peers[:0], make([]hip.DevicePtr, need)...) // grows once; no allocation after
-	g.events = append(g.events[:0], make([]hip.Event, need)...)
-	var errs []error
-	off := 0
-	for j := range g.sets {
-		st := &g.sets[j]
-		n := st.key.w.n
-		if st.count != n {
-			continue
-		}
-		send, recv := g.peers[off:off+n:off+n], g.peers[off+n:off+2*n:off+2*n]
-		off += 2 * n
-		a0 := &g.colls[st.first].a
-		for i := st.first; i < len(g.colls); i++ {
-			if g.setOf[i] != j {
-				continue
-			}
-			a := &g.colls[i].a
-			if a.Func != a0.Func || a.Count != a0.Count || a.Datatype != a0.Datatype || a.Root != a0.Root {
-				errs = append(errs, result.Errorf(result.InvalidUsage,
-					"ranks of one grouped collective disagree: rank %d issued func %d count %d datatype %d root %d, rank %d func %d count %d datatype %d root %d",
-					g.colls[st.first].c.rank, a0.Func, a0.Count, a0.Datatype, a0.Root, g.colls[i].c.rank, a.Func, a.Count, a.Datatype, a.Root))
-				st.bad = true
-				break
-			}
-			r := g.colls[i].c.rank
-			send[r], recv[r] = a.Send, a.Recv
-		}
-		if st.bad {
-			continue
-		}
-		for i := st.first; i < len(g.colls); i++ {
-			if g.setOf[i] == j {
-				g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv = send, recv
-			}
-		}
-		st.events = g.events[off-2*n : off : off]
-	}
-	// Each launch makes its comm's device current; the caller's device
-	// comes back once, here, not after every rank (each device switch is
-	// a driver call, or a system call on the host device).
+	g.events = append(g.events[:0], make([]hip.Event, need/2)...)
+	// Each engine call makes its comm's device current; the caller's
+	// device comes back once, here.
 	rt := g.colls[0].c.rt
 	cur, err := rt.GetDevice()
 	if err != nil {
-		return append(errs, result.Errorf(result.UnhandledCudaError, "current device: %w", err))
+		return []error{result.Errorf(result.UnhandledCudaError, "current device: %w", err)}
 	}
 	defer rt.SetDevice(cur)
-	for i := range g.colls {
-		st := &g.sets[g.setOf[i]]
-		switch {
-		case st.bad:
-			continue
-		case i == st.first && g.eventSet(st):
-			st.evented = true
-			errs = g.runEventSet(st, errs)
+	var errs []error
+	off, evOff := 0, 0
+	for j := range g.sets {
+		st := &g.sets[j]
+		g.members = g.members[:0]
+		for i := st.first; i < len(g.colls); i++ {
+			if g.setOf[i] == j {
+				g.members = append(g.members, i)
+			}
 		}
-		if st.evented {
-			continue
-		}
-		if err := g.colls[i].c.launchNow(&g.colls[i].a); err != nil {
+		if err := g.agree(); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		if n := st.key.w.n; st.count == n {
+			send, recv := g.peers[off:off+n:off+n], g.peers[off+n:off+2*n:off+2*n]
+			evs := g.events[evOff : evOff+n : evOff+n]
+			off, evOff = off+2*n, evOff+n
+			for _, i := range g.members {
+				pc := &g.colls[i]
+				r := pc.c.rank
+				send[r], recv[r] = pc.a.Send, pc.a.Recv
+				if eng := pc.c.engine(); eng != nil {
+					evs[r] = eng.Event()
+				}
+			}
+			for _, i := range g.members {
+				g.colls[i].a.PeerSend, g.colls[i].a.PeerRecv, g.colls[i].a.PeerEvents = send, recv, evs
+			}
+		}
+		errs = g.runSet(errs)
 	}
 	return errs
 }
 
-// eventSet reports whether the complete set st runs as an event round
-// (internal/ce event.go): its ranks were issued one right after another,
-// so that running them together keeps every stream's order of calls, and
-// every rank's engine takes it (ce.Engine.EventRound). It hands every rank
-// the events of all.
-func (g *group) eventSet(st *collSet) bool {
-	n := st.key.w.n
-	if st.events == nil || st.first+n > len(g.colls) {
-		return false
-	}
-	for i := st.first + 1; i < st.first+n; i++ {
-		if g.setOf[i] != g.setOf[st.first] {
-			return false
+// agree checks that the members of a set describe the same collective.
+func (g *group) agree() error {
+	a0 := &g.colls[g.members[0]].a
+	for _, i := range g.members[1:] {
+		a := &g.colls[i].a
+		if a.Func != a0.Func || a.Count != a0.Count || a.Datatype != a0.Datatype || (a.Func.Rooted() && a.Root != a0.Root) {
+			return result.Errorf(result.InvalidUsage,
+				"ranks of one grouped collective disagree: rank %d issued %s count %d %s root %d, rank %d %s count %d %s root %d",
+				g.colls[g.members[0]].c.rank, a0.Func, a0.Count, ce.TypeName(a0.Datatype), a0.Root,
+				g.colls[i].c.rank, a.Func, a.Count, ce.TypeName(a.Datatype), a.Root)
 		}
 	}
-	ready, done := st.events[:n:n], st.events[n:]
-	for i := st.first; i < st.first+n; i++ {
-		c := g.colls[i].c
-		c.engMu.Lock()
-		if ee, ok := c.eng.(eventEngine); ok {
-			ready[c.rank], done[c.rank] = ee.Events()
-		}
-		c.engMu.Unlock()
-		if ready[c.rank] == 0 {
-			return false
-		}
-	}
-	for i := st.first; i < st.first+n; i++ {
-		pc := &g.colls[i]
-		pc.a.PeerReady, pc.a.PeerDone = ready, done
-		if pc.c.usable(FuncName(pc.a.Func)) != nil {
-			return false
-		}
-		pc.c.engMu.Lock()
-		ee, ok := pc.c.eng.(eventEngine)
-		ok = ok && ee.EventRound(&pc.a)
-		pc.c.engMu.Unlock()
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return nil
 }
 
-// runEventSet runs the event round of st: step k for every rank before
-// step k+1 for any (ce.Engine.Step). A rank whose step fails takes no
-// further step; the others go on, since an event wait never hangs on a
-// record that was not made (it waits for the one before).
-func (g *group) runEventSet(st *collSet, errs []error) []error {
-	eventRounds.Add(1)
-	n := st.key.w.n
-	for k := range 3 {
-		for i := st.first; i < st.first+n; i++ {
+// runSet prepares every member of the set in g.members, then runs its
+// steps (see launch). Members are locked in rank order, one world at a
+// time, so two threads never take the same communicators' locks in
+// opposite orders.
+func (g *group) runSet(errs []error) []error {
+	ms := g.members
+	slices.SortFunc(ms, func(x, y int) int { return g.colls[x].c.rank - g.colls[y].c.rank })
+	for _, i := range ms {
+		g.colls[i].c.engMu.Lock()
+	}
+	defer func() {
+		for _, i := range ms {
+			g.colls[i].c.engMu.Unlock()
+		}
+	}()
+	steps := -1
+	for _, i := range ms {
+		pc := &g.colls[i]
+		err := pc.c.usable(pc.a.Func.String())
+		var pr ce.Prepared
+		if err == nil {
+			pr, err = pc.c.prepareLocked(&pc.a)
+		}
+		if err == nil && steps >= 0 && pr.Steps != steps {
+			err = result.Errorf(result.InternalError, "%s: rank %d planned %d steps, its peers %d", pc.a.Func, pc.c.rank, pr.Steps, steps)
+		}
+		if err != nil {
+			return append(errs, err)
+		}
+		steps = pr.Steps
+	}
+	for k := range steps {
+		for _, i := range ms {
 			pc := &g.colls[i]
-			if pc.failed {
-				continue
-			}
-			if err := pc.c.stepNow(&pc.a, k); err != nil {
-				pc.failed = true
-				errs = append(errs, err)
+			if err := pc.c.stepLocked(pc.a.Func, k); err != nil {
+				return append(errs, err) // the communicator failed: its peers are released
 			}
 		}
 	}

@@ -77,7 +77,11 @@ func newFakeEngine(c ce.Comm, _ ce.Config) (engine, error) {
 	return &fakeEngine{c: c, buf: p, win: w}, nil
 }
 
-func (e *fakeEngine) Launch(a *ce.Args) error {
+// Prepare records the call and makes its copies at once: it needs no
+// steps.
+func (e *fakeEngine) Prepare(a *ce.Args) (ce.Prepared, error) { return ce.Prepared{}, e.copyNow(a) }
+
+func (e *fakeEngine) copyNow(a *ce.Args) error {
 	e.mu.Lock()
 	e.calls = append(e.calls, *a)
 	if a.PeerRecv != nil {
@@ -108,20 +112,31 @@ func (e *fakeEngine) Launch(a *ce.Args) error {
 	return nil
 }
 
-func (e *fakeEngine) Finalize() error {
-	if e.win == nil {
-		return nil
+func (e *fakeEngine) Close() <-chan struct{} {
+	if e.win != nil {
+		e.c.DeregisterWindow(e.win)
+		e.win = nil
+		e.c.Runtime().MemFree(e.buf)
 	}
-	err := e.c.DeregisterWindow(e.win)
-	e.win = nil
-	if ferr := e.c.Runtime().MemFree(e.buf); err == nil {
-		err = ferr
-	}
-	return err
+	return closedChan()
 }
 
 // Abort has nothing to release: the fake copies synchronously.
-func (e *fakeEngine) Abort() error { return nil }
+func (e *fakeEngine) Abort() {}
+
+func (e *fakeEngine) Step(int) error               { return nil }
+func (e *fakeEngine) Drained() bool                { return true }
+func (e *fakeEngine) Pending() bool                { return false }
+func (e *fakeEngine) Issued() uint64               { return 0 }
+func (e *fakeEngine) Event() hip.Event             { return 0 }
+func (e *fakeEngine) OrderBefore(hip.Stream) error { return nil }
+func (e *fakeEngine) OrderAfter(hip.Stream) error  { return nil }
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
 
 func (e *fakeEngine) launches() (all, withPeers int) {
 	e.mu.Lock()

@@ -377,7 +377,7 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm, inPlace bool) {
 	require.NoError(t, err)
 	buf, err := MemAlloc(rt, uintptr(2*n*blk))
 	require.NoError(t, err)
-	_, err = c.WindowRegister(buf, uintptr(2*n*blk), 0)
+	_, err = c.WindowRegister(buf, uintptr(2*n*blk), WinCollSymmetric)
 	require.NoError(t, err)
 	recv := buf + hip.DevicePtr(n*blk)
 	require.NoError(t, c.Collective(ce.FuncAllGather, buf, recv, blk, 0, 0, s))
@@ -542,7 +542,7 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			r.win, errs[i] = r.c.WindowRegister(r.reg, size, 0)
+			r.win, errs[i] = r.c.WindowRegister(r.reg, size, WinCollSymmetric)
 		}()
 	}
 	wg.Wait()
@@ -569,7 +569,7 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 			for _, inPlace := range []bool{false, true} {
 				iter++
 				root := iter % n
-				how := fmt.Sprintf("%s %s inPlace=%v root=%d", mode, FuncName(fn), inPlace, root)
+				how := fmt.Sprintf("%s %s inPlace=%v root=%d", mode, fn, inPlace, root)
 				recvs := make([]hip.DevicePtr, len(rs))
 				for i, r := range rs {
 					me := r.c.Rank()
@@ -601,15 +601,15 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 							}
 						}
 						if inPlace {
-							// The root's recv is its own block of send; a
-							// window's buffers sit at one offset on every rank.
-							recv = at(S, root)
+							// NCCL's in-place layout, on every rank: send
+							// is buf, recv is buf + rank*count.
+							recv = at(S, me)
 						}
 					case ce.FuncGather:
 						if inPlace {
-							// The root's send is its own block of recv; the
-							// root pulls from every peer at that offset.
-							send = at(R, root)
+							// NCCL's in-place layout, on every rank: recv
+							// is buf, send is buf + rank*count.
+							send = at(R, me)
 						}
 						put(send, pat(iter, me, 0))
 					}
@@ -684,7 +684,7 @@ func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim bool) {
 	require.NoError(t, err)
 	buf, err := MemAlloc(rt, uintptr(2*n*blk))
 	require.NoError(t, err)
-	w, err := c.WindowRegister(buf, uintptr(2*n*blk), 0)
+	w, err := c.WindowRegister(buf, uintptr(2*n*blk), WinCollSymmetric)
 	require.NoError(t, err)
 	if victim {
 		// Killed by the parent, or (timeout test) told by the survivor's

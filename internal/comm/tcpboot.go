@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -331,7 +330,6 @@ type nodeState struct {
 	boot *tcpBoot
 
 	mu       sync.Mutex
-	asyncErr error
 	imports  map[*Window][]importedMem
 	winIndex map[*Window]int64 // registration order, the same on every rank
 	nextWin  int64
@@ -363,8 +361,7 @@ func (c *Comm) attachNode(id *ID) {
 	}
 	b := newTCPBoot(addr, binary.LittleEndian.Uint64(id[8:16]), c.size, c.rank)
 	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
-	c.startWatch(c.node.stopWatch)
-	b.onFail = c.remoteFailed
+	b.onFail = c.fail
 	b.check = checkEnabled()
 	b.onDone = func() {
 		// After the root's answer every rank of this process has joined;
@@ -383,38 +380,6 @@ func (c *Comm) attachNode(id *ID) {
 		return nil
 	}
 	c.boot = b
-}
-
-// remoteFailed records a peer's failure as the asynchronous error and
-// aborts the engine, which releases its queued flag waits.
-func (c *Comm) remoteFailed(err error) {
-	c.node.mu.Lock()
-	if c.node.asyncErr == nil {
-		c.node.asyncErr = err
-	}
-	c.node.mu.Unlock()
-	log.Warnf("rank %d: %v", c.rank, err)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		c.engMu.Lock()
-		defer c.engMu.Unlock()
-		if c.eng != nil {
-			if err := c.onDevice(c.eng.Abort); err != nil {
-				log.Warnf("rank %d: engine abort after a peer failure: %v", c.rank, err)
-			}
-		}
-	}()
-}
-
-// nodeAsyncError is the asynchronous error a peer's failure left.
-func (c *Comm) nodeAsyncError() error {
-	if c.node == nil {
-		return nil
-	}
-	c.node.mu.Lock()
-	defer c.node.mu.Unlock()
-	return c.node.asyncErr
 }
 
 // nodeClose leaves the TCP bootstrap cleanly (destroy, abort).

@@ -13,6 +13,11 @@ import (
 // WindowAlign is NCCL_WIN_REQUIRED_ALIGNMENT.
 const WindowAlign = 4096
 
+// WinCollSymmetric is NCCL_WIN_COLL_SYMMETRIC: the application promises to
+// pass, in collectives, buffers at the same offset of this window on every
+// rank, which lets copies reach a peer's buffer directly.
+const WinCollSymmetric = 0x01
+
 // Window is a symmetric window: one buffer per rank. It implements
 // ce.Window. Peers' bases are this process's addresses of their buffers (in
 // one process every rank's memory is mapped for every device).
@@ -213,8 +218,10 @@ func (c *Comm) deregister(w *Window) error {
 	return nil
 }
 
-// FindWindow implements ce.Comm: the registered window holding [p, p+n).
-// It allocates nothing (the engine calls it on the launch path).
+// FindWindow implements ce.Comm: the symmetric window (or internal one)
+// holding [p, p+n). A window without NCCL_WIN_COLL_SYMMETRIC is not
+// returned: its buffers are staged. It allocates nothing (the engine calls
+// it on the launch path).
 func (c *Comm) FindWindow(p hip.DevicePtr, n uintptr) (ce.Window, bool) {
 	c.winMu.RLock()
 	defer c.winMu.RUnlock()
@@ -232,6 +239,9 @@ func (c *Comm) FindWindow(p hip.DevicePtr, n uintptr) (ce.Window, bool) {
 	}
 	w := c.wins[lo-1]
 	if !w.live.Load() || uintptr(p)+n > uintptr(w.base)+w.size || uintptr(p)+n < uintptr(p) {
+		return nil, false
+	}
+	if !w.internal && w.flags&WinCollSymmetric == 0 {
 		return nil, false
 	}
 	return w, true

@@ -47,7 +47,7 @@ func TestWindows(t *testing.T) {
 	register := func(off, size uintptr) ([]*Window, []error) {
 		wins := make([]*Window, 2)
 		errs := onRanks(comms, func(c *Comm) error {
-			w, err := c.WindowRegister(bufs[c.Rank()]+hip.DevicePtr(off), size, 0)
+			w, err := c.WindowRegister(bufs[c.Rank()]+hip.DevicePtr(off), size, WinCollSymmetric)
 			wins[c.Rank()] = w
 			return err
 		})
@@ -171,7 +171,7 @@ func TestGroupDeferredCollectives(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for r := range n {
-		wins[r], err = comms[r].WindowRegister(recv[r], 4096, 0)
+		wins[r], err = comms[r].WindowRegister(recv[r], 4096, WinCollSymmetric)
 		require.NoError(t, err)
 		require.False(t, wins[r].Live())
 	}
@@ -198,12 +198,19 @@ func TestGroupDeferredCollectives(t *testing.T) {
 		require.Equal(t, 1, peers, "rank %d: all ranks were in the group", r)
 	}
 
-	// Eager calls from several threads: no peer buffers, the windows serve.
+	// Eager calls from several threads: no peer buffers, the windows
+	// serve. Each rank has its own stream (sharing one outside a group is
+	// refused: coll.go, claimStream).
 	errs := onRanks(comms, func(c *Comm) error {
 		if err := rt.SetDevice(c.Device()); err != nil {
 			return err
 		}
-		return c.Collective(ce.FuncAllGather, send[c.Rank()], recv[c.Rank()], chunk, 0, 0, 0)
+		s, err := rt.StreamCreate()
+		if err != nil {
+			return err
+		}
+		defer rt.StreamDestroy(s)
+		return c.Collective(ce.FuncAllGather, send[c.Rank()], recv[c.Rank()], chunk, 0, 0, s)
 	})
 	for r, err := range errs {
 		require.NoError(t, err)
@@ -219,8 +226,12 @@ func TestGroupDeferredCollectives(t *testing.T) {
 	all, peers := comms[0].eng.(*fakeEngine).launches()
 	require.Equal(t, 3, all)
 	require.Equal(t, 1, peers)
-	for _, c := range comms[1:] { // the other ranks' matching calls, eager
-		require.NoError(t, c.Collective(ce.FuncAlltoAll, send[c.Rank()], recv[c.Rank()], 1, 0, 0, 0))
+	for _, c := range comms[1:] { // the other ranks' matching calls, eager, each on its stream
+		require.NoError(t, rt.SetDevice(c.Device()))
+		s, err := rt.StreamCreate()
+		require.NoError(t, err)
+		require.NoError(t, c.Collective(ce.FuncAlltoAll, send[c.Rank()], recv[c.Rank()], 1, 0, 0, s))
+		require.NoError(t, rt.StreamDestroy(s))
 	}
 
 	// Ranks that disagree inside one group are refused.

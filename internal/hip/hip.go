@@ -143,6 +143,11 @@ type Caps struct {
 	// SplitWaitReset: within one memop batch writes may overtake waits
 	// (HIP), so waits and the writes after them go in separate batches.
 	SplitWaitReset bool
+	// StreamMemOps: the stream memory operations the flags need
+	// (write-value, wait-value, batches) are available: CUDA driver >=
+	// 12.5 as NCCL requires, HIP >= 7.0 (hipStreamBatchMemOp), the host
+	// device always.
+	StreamMemOps bool
 	// StreamQueues: once this many streams of the process wait on one
 	// device at once, no other work of the process runs there (CUDA: the
 	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS; measured by

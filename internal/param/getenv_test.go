@@ -17,7 +17,6 @@ import (
 // hidden ones.
 var getenvSkipDirs = map[string]string{
 	"internal/param": "the registry itself",
-	"internal/ce":    "being moved to the registry with the engine's rewrite",
 	"build":          "build output (.gitignore)",
 }
 

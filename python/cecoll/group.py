@@ -422,10 +422,12 @@ class ProcessGroup:
         """alloc_tensor() on this group's device."""
         return alloc_tensor(shape, dtype, device=self.device)
 
-    def register(self, tensor):
+    def register(self, tensor, symmetric=True):
         """Collective (every rank calls it): makes a window of tensor, which
-        must come from alloc_tensor() and start 4096-byte aligned. Collectives
-        on buffers inside the window then run zero-copy."""
+        must come from alloc_tensor() and start 4096-byte aligned. With
+        symmetric (NCCL_WIN_COLL_SYMMETRIC), every rank promises to pass
+        buffers at the same offsets of its window in collectives, and those
+        run zero-copy; without it they are staged."""
         comm = self._live()
         self._tensor(tensor, "tensor")
         nbytes = tensor.numel() * tensor.element_size()
@@ -436,7 +438,8 @@ class ProcessGroup:
                 "tensor.data_ptr() is not %d-byte aligned (use alloc_tensor())" % _lib.NCCL_WIN_REQUIRED_ALIGNMENT
             )
         win = ctypes.c_void_p()
-        self._call("ncclCommWindowRegister", comm, tensor.data_ptr(), nbytes, ctypes.byref(win), _lib.NCCL_WIN_DEFAULT)
+        flags = _lib.NCCL_WIN_COLL_SYMMETRIC if symmetric else _lib.NCCL_WIN_DEFAULT
+        self._call("ncclCommWindowRegister", comm, tensor.data_ptr(), nbytes, ctypes.byref(win), flags)
         w = Window(self, win, tensor)
         self._windows.append(w)
         return w

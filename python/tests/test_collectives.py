@@ -84,4 +84,4 @@ def test_paths_taken(tmp_path_factory):
     text = "".join(open(os.path.join(outdir, f)).read() for f in logs)
     for op in ("AllGather", "AlltoAll", "Scatter", "Gather"):
         assert re.search(r"ce %s: .* path zero-copy" % op, text), "no zero-copy %s in the log" % op
-        assert re.search(r"ce %s: .* path staged rounds ([2-9]|\d\d)" % op, text), "no multi-round staged %s" % op
+        assert re.search(r"ce %s: .* path staged plan \w+ rounds ([2-9]|\d\d)" % op, text), "no multi-round staged %s" % op

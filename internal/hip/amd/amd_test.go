@@ -98,6 +98,7 @@ func TestCapsAndCopyKindByVersion(t *testing.T) {
 				PeerWriteValue: true,
 				Multicast:      false,
 				SplitWaitReset: true,
+				StreamMemOps:   tc.version >= 70000000,
 			}, rt.Caps())
 
 			s, err := rt.StreamCreate()

@@ -105,6 +105,7 @@ func OpenLibrary(path string) (*Runtime, error) {
 		PeerWriteValue: true,
 		Multicast:      false,
 		SplitWaitReset: true,
+		StreamMemOps:   rt.version >= 70000000,
 	}
 
 	rt.vmm = make([]bool, rt.ndev)

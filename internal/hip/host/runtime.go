@@ -77,6 +77,7 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Caps != nil {
 		caps = *cfg.Caps
 	}
+	caps.StreamMemOps = true // the virtual device always has them
 	rt := &Runtime{
 		devices:   cfg.Devices,
 		caps:      caps,

@@ -97,6 +97,7 @@ func openPath(path string) (*Runtime, error) {
 		// Never: cuMulticastCreate is forbidden on the lent GPU machines.
 		Multicast:      false,
 		SplitWaitReset: false,
+		StreamMemOps:   r.version >= 12050,
 		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
 	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",

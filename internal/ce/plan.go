@@ -1,0 +1,548 @@
+package ce
+
+import (
+	"cecoll/internal/hip"
+	"cecoll/internal/result"
+)
+
+// A collective is a plan: which blocks move from which rank's memory to
+// which, which rank issues each copy, and the syncs around the copies.
+// Every rank computes the same plan from what all ranks agree on (the
+// call's arguments under NCCL's contract, the communicator's layout and
+// configuration, whether the call is captured), so every rank runs the
+// same steps and no rank waits on the host for another (B11). A plan runs
+// as steps: a sync, then copies. This file decides, for every collective
+// and form, the path, the plan and each step's copies.
+//
+// Paths: how a rank reaches its peers' buffers.
+//   - group: every rank's buffers are known (Args.PeerSend/PeerRecv: all
+//     ranks issued in one group of one thread).
+//   - window: the deciding buffer lies in a symmetric window, so a peer's
+//     buffer is at a computable offset of the peer's window. The pointer
+//     assumed symmetric (the same window offset on every rank):
+//       AllGather, AlltoAll: recvbuff;
+//       Scatter: recvbuff, or, when the root is in place (recvbuff ==
+//         sendbuff + root*count), sendbuff: the in-place layout (one
+//         buffer buf per rank, recvbuff = buf + rank*count on every rank);
+//       Gather: sendbuff, or, when the root is in place (sendbuff ==
+//         recvbuff + root*count), recvbuff, with sendbuff = buf +
+//         rank*count on every rank.
+//     Only the root copies on the rooted window path, so only it needs to
+//     know which form it is; the peers decide the path by the same
+//     buffer (Scatter: recvbuff, Gather: sendbuff), which lies in the
+//     window in both forms.
+//   - staged: anything else; blocks go through the receivers' staging
+//     windows, in rounds of what they hold.
+//
+// Plans (planKind): push, swap, rooted, released, hub, local; see their
+// fill functions below.
+
+type path uint8
+
+const (
+	pathLocal path = iota // one rank
+	pathGroup
+	pathWindow
+	pathStaged
+)
+
+func (p path) String() string {
+	return [...]string{"local", "group", "zero-copy", "staged"}[p]
+}
+
+type planKind uint8
+
+const (
+	kindLocal    planKind = iota
+	kindPush              // AllGather, AlltoAll: every rank pushes its blocks between full syncs
+	kindSwap              // in-place AlltoAll on a direct path: pairwise swaps through scratch
+	kindRooted            // Scatter, Gather: the root makes every copy between half syncs
+	kindReleased          // Scatter, Gather on the group path: every rank copies its own block
+	kindHub               // small AllGather, AlltoAll on one device: rank 0 makes every copy
+)
+
+func (k planKind) String() string {
+	return [...]string{"local", "push", "swap", "rooted", "released", "hub"}[k]
+}
+
+// plan is a prepared call's plan. It is a value inside Engine.cur: making
+// one allocates nothing.
+type plan struct {
+	a       Args
+	kind    planKind
+	path    path
+	chunk   uintptr
+	piece   uintptr // bytes of a block moved per round
+	rounds  int
+	sub     int // push: sub-batches per round (B9)
+	per     int // steps per round
+	steps   int
+	inPlace bool    // the form, as this rank sees it (see path)
+	win     Window  // window path: the window of the symmetric pointer
+	wOff    uintptr // its offset there
+	pairs   int     // swap: the most pairs one rank handles
+}
+
+// build plans a validated call on every rank alike.
+func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
+	*p = plan{a: *a, chunk: chunk, rounds: 1, sub: 1, per: 2}
+	n, me, c := e.n, e.rank, a.Root
+	switch a.Func {
+	case FuncAllGather:
+		p.inPlace = a.Send == a.Recv+hip.DevicePtr(uintptr(me)*chunk)
+	case FuncAlltoAll:
+		p.inPlace = a.Send == a.Recv
+	case FuncScatter:
+		p.inPlace = me == c && a.Recv == a.Send+hip.DevicePtr(uintptr(c)*chunk)
+	case FuncGather:
+		p.inPlace = me == c && a.Send == a.Recv+hip.DevicePtr(uintptr(c)*chunk)
+	}
+	if err := e.route(p, a); err != nil {
+		return err
+	}
+	switch {
+	case p.path == pathLocal:
+		p.kind, p.per = kindLocal, 1
+	case a.Func.Rooted() && p.path == pathGroup:
+		p.kind = kindReleased
+	case a.Func.Rooted():
+		p.kind = kindRooted
+		if p.path == pathStaged {
+			p.piece = e.piece(1, chunk)
+		}
+	case e.useHub(p):
+		p.kind = kindHub
+	case a.Func == FuncAlltoAll && p.inPlace && p.path != pathStaged:
+		p.kind = kindSwap
+		p.pairs = n / 2 // the most pairs one rank handles (handler)
+		p.piece = e.piece(p.pairs, chunk)
+		p.per = 1
+	default:
+		p.kind = kindPush
+		if p.path == pathStaged {
+			p.piece = e.piece(n, chunk)
+		}
+		p.sub = e.subBatches(chunk)
+		p.per = p.sub + 1
+	}
+	if p.piece == 0 {
+		p.piece = chunk
+	}
+	p.rounds = int((chunk + p.piece - 1) / p.piece)
+	p.steps = p.rounds * p.per
+	if p.kind == kindSwap {
+		p.steps = p.rounds + 1 // a sync, every round's swaps and a sync after each
+	}
+	if capturing && p.steps&1 == 1 && p.kind != kindLocal {
+		// B8: a captured collective keeps its number of syncs even, so
+		// that the graph arrays alternate in step on every replay.
+		p.steps++
+	}
+	return nil
+}
+
+// route chooses the path from the deciding buffer (see the top of the
+// file) and, on the window path, the offset of the symmetric pointer.
+func (e *Engine) route(p *plan, a *Args) error {
+	n, chunk := uintptr(e.n), p.chunk
+	switch {
+	case e.n == 1:
+		p.path = pathLocal
+		return nil
+	case a.PeerSend != nil && a.PeerRecv != nil:
+		p.path = pathGroup
+		if a.Func == FuncAlltoAll && mixedInPlace(a) {
+			// The swap plan needs every rank in place; a group shows
+			// every rank's form, so all take the staged plan alike.
+			p.path = pathStaged
+		}
+		return nil
+	}
+	buf, size, win := a.Recv, chunk, a.RecvWin
+	switch a.Func {
+	case FuncAllGather, FuncAlltoAll:
+		size = n * chunk
+	case FuncGather:
+		buf, win = a.Send, a.SendWin
+	}
+	if win == nil {
+		var ok bool
+		if win, ok = e.c.FindWindow(buf, size); !ok {
+			p.path = pathStaged
+			return nil
+		}
+	}
+	p.path, p.win = pathWindow, win
+	if a.Func.Rooted() && a.Root != e.rank {
+		return nil // only the root copies
+	}
+	sym, symSize := buf, size
+	if p.inPlace && a.Func == FuncScatter {
+		sym, symSize = a.Send, n*chunk
+	}
+	if p.inPlace && a.Func == FuncGather {
+		sym, symSize = a.Recv, n*chunk
+	}
+	var err error
+	p.wOff, err = inWindow(win, sym, symSize)
+	return err
+}
+
+// mixedInPlace reports whether a group's AlltoAll is in place on some
+// ranks and not on others.
+func mixedInPlace(a *Args) bool {
+	in := a.PeerSend[0] == a.PeerRecv[0]
+	for r := range a.PeerSend {
+		if (a.PeerSend[r] == a.PeerRecv[r]) != in {
+			return true
+		}
+	}
+	return false
+}
+
+// inWindow is the offset of p in w, with a check that [p, p+n) lies in it.
+func inWindow(w Window, p hip.DevicePtr, n uintptr) (uintptr, error) {
+	if p < w.Base() || uintptr(p-w.Base()) > w.Size() || n > w.Size()-uintptr(p-w.Base()) {
+		return 0, result.Errorf(result.InvalidArgument, "ce: buffer %#x+%d is not inside its window %#x+%d", uintptr(p), n, uintptr(w.Base()), w.Size())
+	}
+	return uintptr(p - w.Base()), nil
+}
+
+// piece is the bytes of one block per round when blocks blocks share a
+// staging window: whole when they fit, else a 256-byte multiple. It
+// depends on n, chunk and the configuration only, so every rank runs the
+// same rounds.
+func (e *Engine) piece(blocks int, chunk uintptr) uintptr {
+	per := e.stageSize / uintptr(max(blocks, 1))
+	if per >= 256 {
+		per &^= 255
+	}
+	return max(min(per, chunk), 1)
+}
+
+// subBatches is the number of sub-batches of a push round: more than one
+// only with more ranks than the frequency and at least the threshold moved
+// (chunk*n). It depends on n and chunk only, so every rank runs the same
+// number of syncs whether or not it copies its own block (B9).
+func (e *Engine) subBatches(chunk uintptr) int {
+	f := e.cfg.IntraBatchSyncFreq
+	if e.n <= f || uint64(chunk)*uint64(e.n) < e.cfg.IntraBatchSyncThreshold {
+		return 1
+	}
+	return (e.n + f - 1) / f
+}
+
+// useHub: a small AllGather or AlltoAll on the group path with every rank
+// on one device runs as one rooted round at rank 0, which makes every copy
+// (kindHub): two hops of flags instead of the four of two star syncs. On
+// one H200, 8 B graph replays at N=2/4/8: hub 8.0 / 19.0 / 38.0 us against
+// pushes 10.7 / 30.0 / 57.1 (docs/measurements.md, fifth session).
+func (e *Engine) useHub(p *plan) bool {
+	bytes := uint64(p.chunk) * uint64(e.n)
+	if p.path != pathGroup || e.cfg.HubBytes <= 0 || !e.c.OneDevice() || bytes > uint64(e.cfg.HubBytes) {
+		return false
+	}
+	return p.a.Func != FuncAlltoAll || (bytes <= hubAlltoAllBytes && bytes*uint64(e.n) <= uint64(e.stageSize))
+}
+
+// hubRoot is the rank that makes a hub round's copies.
+const hubRoot = 0
+
+// fill puts step i's copies into e.cp and returns its sync.
+func (e *Engine) fill(i int) (syncKind, int) {
+	p := &e.cur.plan
+	e.cp.reset()
+	if e.padded(i) {
+		return syncFull, 0 // B8's extra sync
+	}
+	r, j := i/p.per, i%p.per
+	o := uintptr(r) * p.piece
+	l := min(p.piece, p.chunk-min(o, p.chunk))
+	switch p.kind {
+	case kindLocal:
+		e.fillLocal()
+		return syncNone, 0
+	case kindPush:
+		return e.fillPush(j, o, l)
+	case kindSwap:
+		e.fillSwap(r, o, l)
+		return syncFull, 0
+	case kindRooted:
+		return e.fillRooted(j, o, l)
+	case kindReleased:
+		return e.fillReleased(j)
+	case kindHub:
+		return e.fillHub(j)
+	}
+	return syncNone, 0
+}
+
+// padded reports whether step i is B8's extra sync, not one of the plan's.
+func (e *Engine) padded(i int) bool {
+	p := &e.cur.plan
+	planned := p.rounds * p.per
+	if p.kind == kindSwap {
+		planned = p.rounds + 1
+	}
+	return i >= planned
+}
+
+// fillLocal: one rank; its own block only.
+func (e *Engine) fillLocal() {
+	a := &e.cur.plan.a
+	if a.Send != a.Recv {
+		e.cp.addTo(segLocal, a.Recv, a.Send, e.cur.plan.chunk)
+	}
+}
+
+// fillPush: AllGather and AlltoAll. Slot j of the rotation is peer
+// (me+j)%n (slot 0: this rank), which spreads the load. A round is sub
+// sub-batches of slots, each after a full sync, then a full sync after
+// which a staged rank copies the round's blocks out of its staging. The
+// own block goes first, as a local copy: nobody else touches it. Push
+// destinations: a peer's recv (group), the same offset of the peer's
+// window, or this rank's slot of the peer's staging.
+func (e *Engine) fillPush(j int, o, l uintptr) (syncKind, int) {
+	p := &e.cur.plan
+	a, n, me, chunk := &p.a, e.n, e.rank, p.chunk
+	if j == p.sub {
+		if p.path == pathStaged {
+			e.cp.seg(segStage1)
+			for q := range n {
+				if q != me {
+					e.cp.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.stageBase+hip.DevicePtr(uintptr(q)*p.piece), l)
+				}
+			}
+		}
+		return syncFull, 0
+	}
+	myOff := uintptr(me)*chunk + o
+	f := e.cfg.IntraBatchSyncFreq
+	lo, hi := 0, n
+	if p.sub > 1 {
+		lo, hi = j*f, min((j+1)*f, n)
+	}
+	if lo == 0 && !p.inPlace {
+		e.cp.seg(segLocal)
+		e.cp.add(a.Recv+hip.DevicePtr(myOff), pushSrc(a, me, chunk, o), l)
+	}
+	e.cp.seg(segStage1)
+	for slot := max(lo, 1); slot < hi; slot++ {
+		d := (me + slot) % n
+		var dst hip.DevicePtr
+		switch p.path {
+		case pathGroup:
+			dst = a.PeerRecv[d] + hip.DevicePtr(myOff)
+		case pathWindow:
+			dst = p.win.PeerBase(d) + hip.DevicePtr(p.wOff+myOff)
+		default:
+			dst = e.stageWin.PeerBase(d) + hip.DevicePtr(uintptr(me)*p.piece)
+		}
+		e.cp.add(dst, pushSrc(a, d, chunk, o), l)
+	}
+	return syncFull, 0
+}
+
+// pushSrc is where this rank's block for rank d starts, o bytes in.
+func pushSrc(a *Args, d int, chunk, o uintptr) hip.DevicePtr {
+	if a.Func == FuncAlltoAll {
+		return a.Send + hip.DevicePtr(uintptr(d)*chunk+o)
+	}
+	return a.Send + hip.DevicePtr(o)
+}
+
+// handler is the rank that swaps the blocks of pair {a, b} of an in-place
+// AlltoAll: the one the other follows by less than half the ring (the
+// lower rank at exactly half). Every rank handles at most n/2 pairs.
+func handler(a, b, n int) int {
+	d := (b - a + n) % n
+	switch {
+	case 2*d < n:
+		return a
+	case 2*d > n:
+		return b
+	}
+	return min(a, b)
+}
+
+// fillSwap: in-place AlltoAll where this rank reaches its peers' buffers
+// (group, window). Block (a, b), rank a's block for b, must end where
+// block (b, a) is, and the other way round: a swap. The pair's handler h,
+// with peer d, saves its block for d into its staging window (scratch),
+// pulls d's block for h into its place, and pushes the saved block into
+// d's buffer: three copies for two blocks, against four through staging,
+// in three batches whose order the stream keeps. Nobody else touches the
+// pair's blocks. Round r moves piece bytes of every block; a full sync
+// precedes every round and ends the last.
+func (e *Engine) fillSwap(r int, o, l uintptr) {
+	p := &e.cur.plan
+	if r >= p.rounds {
+		return // the final sync
+	}
+	a, n, me, chunk := &p.a, e.n, e.rank, p.chunk
+	for g := segStage1; g <= segStage3; g++ { // segments are filled in order
+		e.cp.seg(g)
+		k := 0
+		for s := 1; s < n; s++ {
+			d := (me + s) % n
+			if handler(me, d, n) != me {
+				continue
+			}
+			mine := a.Recv + hip.DevicePtr(uintptr(d)*chunk+o)
+			var theirs hip.DevicePtr
+			if p.path == pathGroup {
+				theirs = a.PeerRecv[d] + hip.DevicePtr(uintptr(me)*chunk+o)
+			} else {
+				theirs = p.win.PeerBase(d) + hip.DevicePtr(p.wOff+uintptr(me)*chunk+o)
+			}
+			tmp := e.stageBase + hip.DevicePtr(uintptr(k)*p.piece)
+			switch g {
+			case segStage1:
+				e.cp.add(tmp, mine, l)
+			case segStage2:
+				e.cp.add(mine, theirs, l)
+			default:
+				e.cp.add(theirs, tmp, l)
+			}
+			k++
+		}
+	}
+}
+
+// fillRooted: Scatter and Gather, the root's copies. Step 0: the peers
+// signal the root (Gather staged: after copying their block into their
+// staging), which copies its own block and every peer's; step 1: the root
+// releases the peers (Scatter staged: each then copies its block out of
+// its staging).
+func (e *Engine) fillRooted(j int, o, l uintptr) (syncKind, int) {
+	p := &e.cur.plan
+	a, n, me, c, chunk := &p.a, e.n, e.rank, p.a.Root, p.chunk
+	staged := p.path == pathStaged
+	if j == 1 {
+		if staged && me != c && a.Func == FuncScatter {
+			e.cp.addTo(segStage1, a.Recv+hip.DevicePtr(o), e.stageBase, l)
+		}
+		return syncFromRoot, c
+	}
+	if me != c {
+		if staged && a.Func == FuncGather {
+			e.cp.addTo(segPre, e.stageBase, a.Send+hip.DevicePtr(o), l)
+		}
+		return syncToRoot, c
+	}
+	if !p.inPlace {
+		if a.Func == FuncScatter {
+			e.cp.addTo(segLocal, a.Recv+hip.DevicePtr(o), a.Send+hip.DevicePtr(uintptr(c)*chunk+o), l)
+		} else {
+			e.cp.addTo(segLocal, a.Recv+hip.DevicePtr(uintptr(c)*chunk+o), a.Send+hip.DevicePtr(o), l)
+		}
+	}
+	e.cp.seg(segStage1)
+	for s := 1; s < n; s++ {
+		q := (me + s) % n
+		if a.Func == FuncScatter {
+			e.cp.add(e.peerRecvScatter(q, o), a.Send+hip.DevicePtr(uintptr(q)*chunk+o), l)
+		} else {
+			e.cp.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.peerSendGather(q, o), l)
+		}
+	}
+	return syncToRoot, c
+}
+
+// peerRecvScatter is where the Scatter root puts peer q's block: q's recv
+// (group), q's recv in the window (out of place at the root's recv offset,
+// in place at buf + q*chunk), or q's staging.
+func (e *Engine) peerRecvScatter(q int, o uintptr) hip.DevicePtr {
+	p := &e.cur.plan
+	switch p.path {
+	case pathGroup:
+		return p.a.PeerRecv[q] + hip.DevicePtr(o)
+	case pathWindow:
+		off := p.wOff
+		if p.inPlace {
+			off += uintptr(q) * p.chunk
+		}
+		return p.win.PeerBase(q) + hip.DevicePtr(off+o)
+	}
+	return e.stageWin.PeerBase(q)
+}
+
+// peerSendGather is where the Gather root reads peer q's block: q's send
+// (group), q's send in the window (out of place at the root's send
+// offset, in place at buf + q*chunk), or q's staging.
+func (e *Engine) peerSendGather(q int, o uintptr) hip.DevicePtr {
+	p := &e.cur.plan
+	switch p.path {
+	case pathGroup:
+		return p.a.PeerSend[q] + hip.DevicePtr(o)
+	case pathWindow:
+		off := p.wOff
+		if p.inPlace {
+			off += uintptr(q) * p.chunk
+		}
+		return p.win.PeerBase(q) + hip.DevicePtr(off+o)
+	}
+	return e.stageWin.PeerBase(q)
+}
+
+// fillReleased: Scatter and Gather on the group path, where every rank
+// knows the root's buffers. Step 0: the root releases the peers (its
+// buffers are ready) and every rank copies its own block on its own
+// stream (Scatter: from the root's send; Gather: into the root's recv),
+// so the n copies run at once instead of one after another on the root's;
+// step 1: the peers signal the root that they are done. On one H200, a
+// 64 MiB Gather at 4 ranks took 147-151 us eager against 159-160 with the
+// root's copies (docs/measurements.md, fifth session).
+func (e *Engine) fillReleased(j int) (syncKind, int) {
+	p := &e.cur.plan
+	a, me, c, chunk := &p.a, e.rank, p.a.Root, p.chunk
+	if j == 1 {
+		return syncToRoot, c
+	}
+	if a.Func == FuncScatter {
+		if src := a.PeerSend[c] + hip.DevicePtr(uintptr(me)*chunk); src != a.Recv {
+			e.cp.addTo(segStage1, a.Recv, src, chunk)
+		}
+	} else if dst := a.PeerRecv[c] + hip.DevicePtr(uintptr(me)*chunk); dst != a.Send {
+		e.cp.addTo(segStage1, dst, a.Send, chunk)
+	}
+	return syncFromRoot, c
+}
+
+// fillHub: rank 0 makes every copy of a small grouped AllGather or
+// AlltoAll, in two batches whose order its stream keeps:
+//   - AllGather: every rank's block into its recv, then that whole buffer
+//     into every peer's recv (2n-1 copies, not n*n);
+//   - AlltoAll: every send buffer into row r of its staging window, then
+//     to each rank q its column q, as one 2D copy. In place is safe: every
+//     send buffer is read before any recv is written.
+func (e *Engine) fillHub(j int) (syncKind, int) {
+	p := &e.cur.plan
+	if j == 1 {
+		return syncFromRoot, hubRoot
+	}
+	if e.rank != hubRoot {
+		return syncToRoot, hubRoot
+	}
+	a, n, chunk := &p.a, e.n, p.chunk
+	row := uintptr(n) * chunk
+	e.cp.seg(segStage1)
+	for r := range n {
+		switch {
+		case a.Func == FuncAlltoAll:
+			e.cp.add(e.stageBase+hip.DevicePtr(uintptr(r)*row), a.PeerSend[r], row)
+		case a.PeerSend[r] != a.Recv+hip.DevicePtr(uintptr(r)*chunk):
+			e.cp.add(a.Recv+hip.DevicePtr(uintptr(r)*chunk), a.PeerSend[r], chunk)
+		}
+	}
+	e.cp.seg(segStage2)
+	for q := range n {
+		switch {
+		case a.Func == FuncAlltoAll:
+			e.cp.add2D(a.PeerRecv[q], chunk, e.stageBase+hip.DevicePtr(uintptr(q)*chunk), row, chunk, uintptr(n))
+		case q != hubRoot:
+			e.cp.add(a.PeerRecv[q], a.Recv, row)
+		}
+	}
+	return syncToRoot, hubRoot
+}

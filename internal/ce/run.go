@@ -1,0 +1,472 @@
+package ce
+
+import (
+	"cecoll/internal/hip"
+	"cecoll/internal/log"
+	"cecoll/internal/result"
+)
+
+// Running a plan. A call is joined to the caller's stream: an event
+// recorded there is waited on by the engine's stream (es eager, ecap under
+// capture), every step runs there, and the caller's stream waits for an
+// event recorded at the end. So no flag wait ever parks the caller's
+// stream, a stream shared by several ranks in a group, or the legacy NULL
+// stream; every eager collective of the communicator runs on es, one
+// after another (B19); and the engine knows its streams. (The caller's
+// stream still waits on the end event, and on the H200 an event wait
+// holds a hardware queue as a flag wait does: docs/measurements.md,
+// eighth session. internal/comm counts two per rank.)
+//
+// A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
+// plan step i (Step(0) joins in first), Step(2i+1) its second, and
+// Step(2*steps) joins out. With flags, phase 0 enqueues the step's sync
+// and phase 1 its copies; with events, phase 0 records and phase 1 waits,
+// and a group runs every rank's Step(k) before any rank's Step(k+1).
+// Launch runs them all for one rank: an ungrouped call.
+
+// call is the prepared call.
+type call struct {
+	plan
+	s         hip.Stream // the caller's
+	ws        hip.Stream // es or ecap
+	capturing bool
+	events    []hip.Event // every rank's event when the call syncs by events
+	side      bool        // a local copy went to the side stream
+	next      int         // the next Step
+	total     int         // 2*steps+1
+}
+
+// Prepared says how a prepared call runs.
+type Prepared struct {
+	Steps  int  // calls of Step, every rank the same
+	Events bool // it syncs by events (group step order required)
+}
+
+// Launch enqueues this rank's part of a collective on a.Stream: an
+// ungrouped call. It validates a, allocates nothing, and never waits on
+// the host for peers.
+func (e *Engine) Launch(a *Args) error {
+	if a == nil {
+		return result.Errorf(result.InvalidUsage, "ce launch: nil arguments")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pr, err := e.prepare(a)
+	if err != nil {
+		return err
+	}
+	for k := range pr.Steps {
+		if err := e.step(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Prepare validates and plans a, enqueueing nothing: a call it refuses
+// leaves no trace on any stream, so a group may refuse every rank's part
+// of a call when one rank's fails. Step then runs it.
+func (e *Engine) Prepare(a *Args) (Prepared, error) {
+	if a == nil {
+		return Prepared{}, result.Errorf(result.InvalidUsage, "ce launch: nil arguments")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.prepare(a)
+}
+
+// Step runs step k of the prepared call (see the top of the file).
+func (e *Engine) Step(k int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.step(k)
+}
+
+func (e *Engine) prepare(a *Args) (Prepared, error) {
+	if err := e.usable(a.Func); err != nil {
+		return Prepared{}, err
+	}
+	if e.cur.next > 0 && e.cur.next < e.cur.total {
+		return Prepared{}, result.Errorf(result.InternalError, "ce %s: the previous call stopped at step %d of %d", a.Func, e.cur.next, e.cur.total)
+	}
+	chunk, err := e.validate(a)
+	if err != nil {
+		return Prepared{}, err
+	}
+	if err := e.rt.SetDevice(e.dev); err != nil {
+		return Prepared{}, launchErr(a.Func, "set device", err)
+	}
+	st, err := e.rt.StreamGetCaptureStatus(a.Stream)
+	if err != nil {
+		return Prepared{}, launchErr(a.Func, "capture status", err)
+	}
+	if st == hip.CaptureInvalidated {
+		return Prepared{}, launchErr(a.Func, "capture status", hip.ErrStreamCaptureInvalidated)
+	}
+	c := &e.cur
+	c.capturing = st == hip.CaptureActive
+	if chunk == 0 {
+		// NCCL: an empty collective is a no-op; it still costs nothing.
+		c.total, c.next = 0, 0
+		return Prepared{}, nil
+	}
+	if err := e.build(&c.plan, a, chunk, c.capturing); err != nil {
+		return Prepared{}, err
+	}
+	c.s, c.ws, c.side, c.events = a.Stream, e.es, false, nil
+	if c.capturing {
+		c.ws = e.ecap
+	}
+	if e.chooseEvents(&c.plan, c.capturing) {
+		c.events = a.PeerEvents
+	}
+	c.total, c.next = 2*c.steps+1, 0
+	e.logCall()
+	return Prepared{Steps: c.total, Events: c.events != nil}, nil
+}
+
+// chooseEvents is the one place that picks the signal of a call: events
+// where every record is enqueued before its wait on the host, that is in
+// a group of one thread holding every rank (the group hands every rank's
+// event: Args.PeerEvents), with every rank on one device, eagerly (a
+// graph is replayed later, with no such order); flags everywhere else.
+// On one H200 a 64 MiB released round took 132.5 us with events against
+// 153-155 with flags (docs/measurements.md, sixth session).
+func (e *Engine) chooseEvents(p *plan, capturing bool) bool {
+	return !e.cfg.NoEvents && !capturing && p.path == pathGroup && len(p.a.PeerEvents) == e.n && e.c.OneDevice()
+}
+
+func (e *Engine) step(k int) error {
+	c := &e.cur
+	if k != c.next || k >= c.total {
+		return result.Errorf(result.InternalError, "ce %s: step %d out of order (next %d of %d)", c.a.Func, k, c.next, c.total)
+	}
+	c.next++
+	err := e.runStep(k)
+	if err != nil {
+		// Part of the call may be enqueued: the communicator cannot go on
+		// (internal/comm fails it and aborts the engine).
+		c.next = c.total
+		if _, ok := err.(*result.Error); !ok {
+			err = launchErr(c.a.Func, "enqueue", err)
+		}
+	}
+	return err
+}
+
+func (e *Engine) runStep(k int) error {
+	c := &e.cur
+	rt := e.rt
+	if err := rt.SetDevice(e.dev); err != nil {
+		return err
+	}
+	if k == c.total-1 {
+		return e.joinOut()
+	}
+	if k == 0 {
+		if err := e.joinIn(); err != nil {
+			return err
+		}
+	}
+	i, phase := k/2, k%2
+	sk, root := e.fill(i)
+	if phase == 0 {
+		if err := e.copySeg(c.ws, segPre, segPre); err != nil {
+			return err
+		}
+		if c.events != nil {
+			return e.eventSync(c.ws, sk, root, 0, c.events)
+		}
+		return e.flagSync(c.ws, sk, root, c.capturing)
+	}
+	if c.events != nil {
+		if err := e.eventSync(c.ws, sk, root, 1, c.events); err != nil {
+			return err
+		}
+	}
+	return e.copySeg(c.ws, segStage1, segStage3)
+}
+
+// joinIn makes the work stream wait for the caller's stream; joinOut makes
+// the caller's stream wait for the work stream (and the side stream for
+// the work stream). Each records its event right before its wait, on the
+// same thread.
+func (e *Engine) joinIn() error {
+	c := &e.cur
+	ev := e.evIn
+	if c.capturing {
+		ev = e.capIn
+	}
+	if err := e.rt.EventRecord(ev, c.s); err != nil {
+		return err
+	}
+	if !c.capturing {
+		e.issued.Add(1) // progress: Pending watches this call from now on
+	}
+	return e.rt.StreamWaitEvent(c.ws, ev)
+}
+
+func (e *Engine) joinOut() error {
+	c := &e.cur
+	if c.side {
+		if err := e.rt.EventRecord(e.joinSide, e.side); err != nil {
+			return err
+		}
+		if err := e.rt.StreamWaitEvent(c.ws, e.joinSide); err != nil {
+			return err
+		}
+	}
+	ev := e.evOut
+	if c.capturing {
+		ev = e.capOut
+	}
+	if err := e.rt.EventRecord(ev, c.ws); err != nil {
+		return err
+	}
+	return e.rt.StreamWaitEvent(c.s, ev)
+}
+
+// sideCopyMin is the smallest own-block copy that goes to the side stream:
+// below it the fork and join cost more host time than the overlap gains.
+// A variable so that tests can send every copy there.
+var sideCopyMin uintptr = 1 << 20
+
+// localCopies enqueues the step's local copies (segLocal: this rank's own
+// block), after what e.ops holds. A large one runs on the side stream,
+// beside the pushes (on two H200s a batch's copies ran one after
+// another: docs/measurements.md, second session); not under capture, where
+// a branch of the graph would do, nor by events, whose order is the
+// group's.
+func (e *Engine) localCopies(s hip.Stream, capturing bool) error {
+	lo, hi := e.cp.bounds(segLocal)
+	if lo == hi {
+		return nil
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	c := &e.cur
+	if capturing || c.events != nil || e.cp.ops[lo].n < sideCopyMin {
+		return e.copies(s, lo, hi, capturing)
+	}
+	if err := e.rt.EventRecord(e.fork, s); err != nil {
+		return err
+	}
+	if err := e.rt.StreamWaitEvent(e.side, e.fork); err != nil {
+		return err
+	}
+	c.side = true
+	return e.copies(e.side, lo, hi, false)
+}
+
+// copySeg enqueues the copies of segments from..to, one batch per segment
+// (the stream keeps the batches' order).
+func (e *Engine) copySeg(s hip.Stream, from, to int) error {
+	for g := from; g <= to; g++ {
+		lo, hi := e.cp.bounds(g)
+		if err := e.copies(s, lo, hi, e.cur.capturing); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copies enqueues e.cp.ops[lo:hi] on s, which have no order among them:
+// one batched copy where the runtime has it, else (and under capture,
+// where the driver refuses it) one copy each. A single copy goes alone: a
+// batch of one orders nothing, and a batch call costs about twice a plain
+// copy's host time. 2D copies always go alone. Never on the legacy NULL
+// stream, which refuses batches (B14): s is an engine stream.
+func (e *Engine) copies(s hip.Stream, lo, hi int, capturing bool) error {
+	if lo >= hi {
+		return nil
+	}
+	cp := &e.cp
+	cp.dsts, cp.srcs, cp.sizes = cp.dsts[:0], cp.srcs[:0], cp.sizes[:0]
+	batch := hi-lo > 1 && !capturing && e.caps.BatchCopy
+	for i := lo; i < hi; i++ {
+		op := &cp.ops[i]
+		switch {
+		case op.rows > 0:
+			if err := e.rt.Memcpy2DAsync(op.dst, op.dpitch, op.src, op.spitch, op.n, op.rows, s); err != nil {
+				return err
+			}
+		case batch:
+			cp.dsts, cp.srcs, cp.sizes = append(cp.dsts, op.dst), append(cp.srcs, op.src), append(cp.sizes, op.n)
+		default:
+			if err := e.rt.MemcpyAsync(op.dst, op.src, op.n, s); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case len(cp.dsts) == 1:
+		return e.rt.MemcpyAsync(cp.dsts[0], cp.srcs[0], cp.sizes[0], s)
+	case len(cp.dsts) > 1:
+		attrs, idxs := e.attrs[:0], e.attrI[:0]
+		if e.caps.CopyAttributes {
+			// One entry for every copy (B3: only where the batch takes them).
+			attrs, idxs = e.attrs[:], e.attrI[:]
+		}
+		return e.rt.MemcpyBatchAsync(cp.dsts, cp.srcs, cp.sizes, attrs, idxs, s)
+	}
+	return nil
+}
+
+// Copy-list segments, in the order a step issues them.
+const (
+	segPre    = iota // before the step's signal (a staged Gather peer's block into its staging)
+	segLocal         // the rank's own block: after its signal, before its waits
+	segStage1        // after the waits, one batch per stage
+	segStage2
+	segStage3
+	numSegs
+)
+
+type copyOp struct {
+	dst, src       hip.DevicePtr
+	n              uintptr // bytes (2D: width)
+	rows           uintptr // 2D copies: height; 0 for a plain copy
+	dpitch, spitch uintptr
+}
+
+// copyList is a step's copies by segment, filled in segment order, with
+// the batch scratch, sized at Init.
+type copyList struct {
+	ops   []copyOp
+	start [numSegs]int // where each segment up to cur starts
+	cur   int
+	dsts  []hip.DevicePtr
+	srcs  []hip.DevicePtr
+	sizes []uintptr
+}
+
+func (l *copyList) init(capacity int) {
+	l.ops = make([]copyOp, 0, capacity)
+	l.dsts = make([]hip.DevicePtr, 0, capacity)
+	l.srcs = make([]hip.DevicePtr, 0, capacity)
+	l.sizes = make([]uintptr, 0, capacity)
+}
+
+func (l *copyList) reset() { l.ops, l.cur = l.ops[:0], 0 }
+
+// seg makes g the segment that add fills.
+func (l *copyList) seg(g int) {
+	for l.cur < g {
+		l.cur++
+		l.start[l.cur] = len(l.ops)
+	}
+}
+
+func (l *copyList) add(dst, src hip.DevicePtr, n uintptr) {
+	l.ops = append(l.ops, copyOp{dst: dst, src: src, n: n})
+}
+
+func (l *copyList) addTo(g int, dst, src hip.DevicePtr, n uintptr) {
+	l.seg(g)
+	l.add(dst, src, n)
+}
+
+func (l *copyList) add2D(dst hip.DevicePtr, dpitch uintptr, src hip.DevicePtr, spitch, width, height uintptr) {
+	l.ops = append(l.ops, copyOp{dst: dst, src: src, n: width, rows: height, dpitch: dpitch, spitch: spitch})
+}
+
+// bounds is the range of l.ops holding segment g.
+func (l *copyList) bounds(g int) (int, int) {
+	at := func(g int) int {
+		if g > l.cur {
+			return len(l.ops)
+		}
+		return l.start[g]
+	}
+	if g+1 >= numSegs {
+		return at(g), len(l.ops)
+	}
+	return at(g), at(g + 1)
+}
+
+// validate checks a and returns the chunk in bytes.
+func (e *Engine) validate(a *Args) (uintptr, error) {
+	switch a.Func {
+	case FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather:
+	default:
+		return 0, result.Errorf(result.InvalidUsage, "ce: %s cannot run on copy engines: they move data only (AllGather, AlltoAll, Scatter, Gather)", a.Func)
+	}
+	if a.Datatype < 0 || a.Datatype >= NumTypes {
+		return 0, result.Errorf(result.InvalidArgument, "ce %s: invalid datatype %d", a.Func, a.Datatype)
+	}
+	if !e.able {
+		return 0, result.Errorf(result.InvalidUsage, "ce %s: copy engines cannot run it on this runtime: stream memory operations need CUDA driver >= 12.5 or HIP >= 7.0", a.Func)
+	}
+	if a.EltSize != eltSizes[a.Datatype] {
+		return 0, result.Errorf(result.InvalidArgument, "ce %s: element size %d does not match %s (%d bytes)", a.Func, a.EltSize, TypeName(a.Datatype), eltSizes[a.Datatype])
+	}
+	if a.Func.Rooted() && (a.Root < 0 || a.Root >= e.n) {
+		return 0, result.Errorf(result.InvalidArgument, "ce %s: root %d out of range [0, %d)", a.Func, a.Root, e.n)
+	}
+	const maxPtr = ^uintptr(0)
+	if a.Count > maxPtr/a.EltSize || a.Count*a.EltSize > maxPtr/uintptr(e.n) {
+		return 0, result.Errorf(result.InvalidArgument, "ce %s: count %d of %d-byte elements times %d ranks overflows", a.Func, a.Count, a.EltSize, e.n)
+	}
+	chunk := a.Count * a.EltSize
+	if chunk == 0 {
+		return 0, nil
+	}
+	isRoot := a.Root == e.rank
+	if a.Func != FuncScatter || isRoot {
+		if a.Send == 0 {
+			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL send buffer on rank %d", a.Func, e.rank)
+		}
+	}
+	if a.Func != FuncGather || isRoot {
+		if a.Recv == 0 {
+			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL recv buffer on rank %d", a.Func, e.rank)
+		}
+	}
+	if (a.PeerSend != nil && len(a.PeerSend) != e.n) || (a.PeerRecv != nil && len(a.PeerRecv) != e.n) {
+		return 0, result.Errorf(result.InvalidArgument, "ce %s: peer buffer lists must hold one entry per rank (%d)", a.Func, e.n)
+	}
+	if a.PeerRecv != nil && a.PeerSend != nil {
+		if err := e.validateGroup(a, chunk); err != nil {
+			return 0, err
+		}
+	}
+	return chunk, nil
+}
+
+// validateGroup checks what a group's buffer lists show about every rank:
+// the root's buffers of Gather and Scatter.
+func (e *Engine) validateGroup(a *Args, chunk uintptr) error {
+	switch a.Func {
+	case FuncGather:
+		if a.PeerRecv[a.Root] == 0 {
+			return result.Errorf(result.InvalidArgument, "ce Gather: NULL recv buffer on root %d", a.Root)
+		}
+	case FuncScatter:
+		if a.PeerSend[a.Root] == 0 {
+			return result.Errorf(result.InvalidArgument, "ce Scatter: NULL send buffer on root %d", a.Root)
+		}
+	}
+	return nil
+}
+
+func launchErr(f Func, what string, err error) error {
+	return result.Errorf(result.Of(err), "ce %s: %s: %w", f, what, err)
+}
+
+// logCall reports the plan of a call (INFO; nothing is built otherwise).
+func (e *Engine) logCall() {
+	if !log.Enabled(log.LevelInfo) {
+		return
+	}
+	c := &e.cur
+	sig := "flags"
+	if c.events != nil {
+		sig = "events"
+	}
+	if c.capturing {
+		sig += ", captured"
+	}
+	log.Infof("ce %s: rank %d/%d chunk %d B path %s plan %s rounds %d steps %d signal %s",
+		c.a.Func, e.rank, e.n, c.chunk, c.path, c.kind, c.rounds, c.steps, sig)
+}

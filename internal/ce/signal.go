@@ -1,0 +1,432 @@
+package ce
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"cecoll/internal/hip"
+	"cecoll/internal/log"
+	"cecoll/internal/result"
+)
+
+// Signals: how ranks tell each other that they reached a point of a
+// collective. A sync is a set of signals, each from one rank (the writer)
+// to another (the waiter), of one of three shapes (syncKind). Two
+// implementations: flags in device memory (this file) and CUDA events
+// (eventSync). chooseSignal picks one per call.
+//
+// Flags. Each rank's sync window holds, for every peer a, the word that a
+// writes to signal it. There are two regions:
+//
+//   - eager words, one per peer: the value of a signal is the sequence
+//     number of its sync, counted alike on every rank (every rank runs the
+//     same syncs, in the same order: the plans agree); a wait holds when
+//     the word has reached that value (cyclic GEQ, so the 32-bit counter
+//     may wrap: B18). Nothing is ever reset, so no write can be lost to a
+//     late reset, and a writer that runs ahead only makes a wait pass
+//     that would pass anyway.
+//   - graph words, two arrays of one per peer: a captured graph is
+//     replayed with the values it was captured with, so a captured signal
+//     writes the constant 1 and its waiter resets the word to 0 right
+//     after its wait, in the same batch. Syncs alternate between the two
+//     arrays, and every captured collective has an even number of syncs
+//     (B8), so a word is written again only after its waiter reset it: a
+//     writer reaches the same array again only past the sync in between,
+//     which needs a signal its waiter sends after the reset.
+//
+// The regions are apart, so a graph's wait can never pass on a value an
+// eager call left (B10), and an eager wait never on a graph's 1.
+//
+// A signal is a write-value into the waiter's word, or, where the driver
+// refuses write-values to peer memory (B5) or when asked, a 4-byte copy of
+// a device word holding the value (B4: never host memory): for an eager
+// sync a local write-value puts the value there first (stream order keeps
+// the copy after it). With multicast (all pairs only, more than two ranks,
+// B6) one write reaches every peer.
+//
+// Abort writes, from its own stream and every millisecond until Close,
+// a value far past every pending eager wait and 1 into every graph word
+// of this rank: every wait this rank's streams have queued passes.
+
+// A sync window of n ranks holds 3n signal words (the eager words, by
+// writer, then the two graph arrays) and then the local words below.
+const (
+	localSrc     = 0 // the value an eager copied signal carries
+	localOne     = 1 // the constant 1 a captured copied signal carries
+	localScratch = 2 // the warm-up's word
+	localWords   = 3
+)
+
+type signals struct {
+	n, me     int
+	base      hip.DevicePtr // this rank's sync window memory
+	size      uintptr
+	win       Window
+	mc        hip.DevicePtr // multicast address of the window; 0: unicast
+	star      bool          // a full sync goes through rank 0 (SyncStar)
+	copyFlags bool          // signals are copies (B5)
+	seq       atomic.Uint32 // eager syncs so far: the value of the last one
+	gpar      uint32        // the graph array of the next captured sync
+	ev        hip.Event     // this rank's event, for event syncs
+
+	abortStream hip.Stream
+	relStop     chan struct{}
+	relDone     chan struct{}
+}
+
+// word is the address of word i of this rank's window.
+func (g *signals) word(i int) hip.DevicePtr { return g.base + hip.DevicePtr(4*i) }
+
+// local is the address of local word j.
+func (g *signals) local(j int) hip.DevicePtr { return g.word(3*g.n + j) }
+
+func (g *signals) eagerWord(writer int) int             { return writer }
+func (g *signals) graphWord(arr uint32, writer int) int { return (1+int(arr))*g.n + writer }
+
+func (g *signals) init(e *Engine) error {
+	rt, n := e.rt, e.n
+	g.n, g.me = n, e.rank
+	switch e.cfg.FlagWrite {
+	case FlagWriteCopy:
+		g.copyFlags = true
+	case FlagWriteValue:
+		if !e.caps.PeerWriteValue {
+			return result.Errorf(result.InvalidUsage, "ce init: CECOLL_FLAG_WRITE=%s asked for, but this device refuses write-value to peer memory (use auto or copy)", FlagWriteValue)
+		}
+	default:
+		g.copyFlags = !e.caps.PeerWriteValue
+	}
+	// Every rank picks the same: the configuration, n and the backend.
+	mcUsable := e.caps.Multicast && n > 2
+	switch e.cfg.Sync {
+	case SyncStar:
+		g.star = n > 2
+	case SyncAuto:
+		g.star = n >= 4 && !mcUsable
+	}
+	// B17: zeroed before anyone uses it; Init's barrier comes after.
+	g.size = alignUp(uintptr(3*n+localWords)*4, 64)
+	var err error
+	if g.base, err = rt.MemAlloc(g.size); err != nil {
+		return initErr("sync window alloc", err)
+	}
+	if err := rt.Memset(g.base, 0, g.size); err != nil {
+		return initErr("sync window zero", err)
+	}
+	one := []byte{1, 0, 0, 0}
+	if err := hip.CopyToDevice(rt, g.local(localOne), one); err != nil {
+		return initErr("flag word init", err)
+	}
+	if g.win, err = e.c.RegisterWindow(g.base, g.size); err != nil {
+		return initErr("sync window register", err)
+	}
+	if g.ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
+		return initErr("event create", err)
+	}
+	// Multicast eagerly, before Init's barrier (B6).
+	if mcUsable && !g.star {
+		members := make([]hip.DevicePtr, n)
+		for r := range n {
+			members[r] = g.win.PeerBase(r)
+		}
+		if g.mc, err = rt.MulticastCreate(members, g.size); err != nil {
+			return initErr("multicast create", err)
+		}
+	}
+	return nil
+}
+
+func (g *signals) release(e *Engine, keep func(error)) {
+	if g.mc != 0 {
+		keep(e.rt.MulticastDestroy(g.mc))
+		g.mc = 0
+	}
+	if g.ev != 0 {
+		keep(e.rt.EventDestroy(g.ev))
+		g.ev = 0
+	}
+	if g.win != nil {
+		keep(e.c.DeregisterWindow(g.win))
+		g.win = nil
+	}
+}
+
+// next starts a sync: the value it signals and, under capture, its array.
+func (g *signals) next(capturing bool) (uint32, uint32) {
+	if capturing {
+		arr := g.gpar
+		g.gpar ^= 1
+		return 1, arr
+	}
+	return g.seq.Add(1), 0
+}
+
+// syncKind is the shape of a sync.
+type syncKind uint8
+
+const (
+	syncNone     syncKind = iota
+	syncFull              // every rank waits for every rank
+	syncToRoot            // the root waits for every peer
+	syncFromRoot          // every peer waits for the root
+)
+
+// flagSync enqueues a sync of kind k at root c on s, with this rank's
+// local copies (copyList segLocal) after its own signals and before its
+// waits, where they overlap the wait instead of lengthening the step.
+// Under star a full sync takes two hops through rank 0: the peers signal
+// it, it waits for them and signals back (its local copies come first).
+func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error {
+	g := &e.sig
+	if k == syncNone || e.n == 1 {
+		return e.localCopies(s, capturing)
+	}
+	v, arr := g.next(capturing)
+	me := e.rank
+	e.ops = e.ops[:0]
+	var err error
+	switch {
+	case k == syncFull && g.star && me != 0, k == syncToRoot && me != c:
+		to := c
+		if k == syncFull {
+			to = 0
+		}
+		err = e.signal(s, to, v, arr, capturing)
+		if err == nil {
+			err = e.localCopies(s, capturing)
+		}
+		if err == nil && k == syncFull {
+			e.await(to, v, arr, capturing)
+		}
+	case k == syncFull && g.star: // rank 0
+		err = e.localCopies(s, capturing)
+		if err == nil {
+			e.await(-1, v, arr, capturing)
+			e.fence()
+			err = e.signal(s, -1, v, arr, capturing)
+		}
+	case k == syncFull, k == syncFromRoot && me == c:
+		err = e.signal(s, -1, v, arr, capturing)
+		if err == nil {
+			err = e.localCopies(s, capturing)
+		}
+		if err == nil && k == syncFull {
+			e.await(-1, v, arr, capturing)
+		}
+	case k == syncToRoot: // me == c
+		err = e.localCopies(s, capturing)
+		if err == nil {
+			e.await(-1, v, arr, capturing)
+		}
+	default: // syncFromRoot, me != c
+		err = e.localCopies(s, capturing)
+		if err == nil {
+			e.await(c, v, arr, capturing)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return e.submit(s)
+}
+
+// signal writes v into this rank's word of array arr at rank to, or at
+// every peer when to < 0 (through multicast where there is one).
+func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) error {
+	g := &e.sig
+	w := g.eagerWord(e.rank)
+	if capturing {
+		w = g.graphWord(arr, e.rank)
+	}
+	off := hip.DevicePtr(4 * w)
+	if !g.copyFlags {
+		switch {
+		case to >= 0:
+			e.ops = append(e.ops, hip.WriteValue32(g.win.PeerBase(to)+off, v))
+		case g.mc != 0:
+			e.ops = append(e.ops, hip.WriteValue32(g.mc+off, v))
+		default:
+			for r := range e.n {
+				if r != e.rank {
+					e.ops = append(e.ops, hip.WriteValue32(g.win.PeerBase(r)+off, v))
+				}
+			}
+		}
+		return nil
+	}
+	src := g.local(localOne)
+	if !capturing {
+		src = g.local(localSrc)
+		e.ops = append(e.ops, hip.WriteValue32(src, v))
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	switch {
+	case to >= 0:
+		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, 4, s)
+	case g.mc != 0:
+		return e.rt.MemcpyAsync(g.mc+off, src, 4, s)
+	}
+	for r := range e.n {
+		if r != e.rank {
+			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 4, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// await queues this rank's waits for v from rank from, or from every peer
+// when from < 0; under capture each wait is followed by the reset of its
+// word (in a batch of its own where writes may overtake waits).
+func (e *Engine) await(from int, v, arr uint32, capturing bool) {
+	g := &e.sig
+	lo, hi := from, from+1
+	if from < 0 {
+		lo, hi = 0, e.n
+	}
+	mark := len(e.ops)
+	for r := lo; r < hi; r++ {
+		if r == e.rank {
+			continue
+		}
+		w := g.eagerWord(r)
+		if capturing {
+			w = g.graphWord(arr, r)
+		}
+		e.ops = append(e.ops, hip.WaitValue32(g.word(w), v, hip.WaitGEQ))
+	}
+	if !capturing {
+		return
+	}
+	e.fence()
+	end := len(e.ops)
+	for i := mark; i < end; i++ {
+		if e.ops[i].Op == hip.MemOpWaitValue32 {
+			e.ops = append(e.ops, hip.WriteValue32(e.ops[i].Addr, 0))
+		}
+	}
+}
+
+// fence ends the batch under construction where the runtime may let a
+// batch's later writes overtake its waits (HIP): the writes go in the
+// next one. The ops stay queued in e.ops; submit sends them.
+func (e *Engine) fence() {
+	if e.caps.SplitWaitReset && len(e.ops) > 0 {
+		e.ops = append(e.ops, hip.MemOp{}) // a batch boundary, see submit
+	}
+}
+
+// submit enqueues e.ops on s, in batches of at most 255 entries (B7), a new
+// batch after every boundary fence left.
+func (e *Engine) submit(s hip.Stream) error {
+	ops := e.ops
+	e.ops = e.ops[:0]
+	for len(ops) > 0 {
+		i := 0
+		for i < len(ops) && ops[i].Op != hip.MemOpInvalid {
+			i++
+		}
+		if err := hip.BatchMemOps(e.rt, s, ops[:i]); err != nil {
+			return err
+		}
+		if i < len(ops) {
+			i++ // skip the boundary
+		}
+		ops = ops[i:]
+	}
+	return nil
+}
+
+// eventSync is a sync by events: phase 0 records this rank's event where
+// it signals and enqueues its local copies; phase 1 waits for the events
+// of the ranks it waits for. Every rank's phase 0 runs before any rank's
+// phase 1 (the group's step order), since a wait binds to the record made
+// before it. One event per rank is enough: it is recorded again only in
+// the next sync's phase 0, after every wait on this record.
+func (e *Engine) eventSync(s hip.Stream, k syncKind, c, phase int, evs []hip.Event) error {
+	me := e.rank
+	if phase == 0 {
+		if k == syncFull || k == syncToRoot && me != c || k == syncFromRoot && me == c {
+			if err := e.rt.EventRecord(e.sig.ev, s); err != nil {
+				return err
+			}
+		}
+		return e.localCopies(s, false)
+	}
+	switch {
+	case k == syncFull, k == syncToRoot && me == c:
+		for r, ev := range evs {
+			if r != me {
+				if err := e.rt.StreamWaitEvent(s, ev); err != nil {
+					return err
+				}
+			}
+		}
+	case k == syncFromRoot && me != c:
+		return e.rt.StreamWaitEvent(s, evs[c])
+	}
+	return nil
+}
+
+// releaseValue is what Abort writes into an eager word: far past every
+// value a pending wait of this rank can hold (at most the current
+// sequence), and within 2^31 of it, where the cyclic GEQ holds.
+func (g *signals) releaseValue() uint32 { return g.seq.Load() + 1<<30 }
+
+// startRelease starts Abort's release loop: every millisecond, from its own
+// stream, the release value into every eager word and 1 into every graph
+// word of this rank. It repeats because a peer's late eager write may
+// lower a word again, and a captured wait resets its word.
+func (g *signals) startRelease(e *Engine) {
+	g.relStop, g.relDone = make(chan struct{}), make(chan struct{})
+	go func(stop <-chan struct{}, done chan<- struct{}) {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := e.rt.SetDevice(e.dev); err != nil {
+			log.Warnf("ce abort: rank %d: set device: %v", e.rank, err)
+			return
+		}
+		s, err := e.rt.StreamCreate()
+		if err != nil {
+			log.Warnf("ce abort: rank %d: stream create: %v; releasing on the NULL stream", e.rank, err)
+			s = hip.StreamNull
+		}
+		g.abortStream = s
+		ops := make([]hip.MemOp, 0, 3*g.n)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			ops = ops[:0]
+			rv := g.releaseValue()
+			for r := range g.n {
+				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv),
+					hip.WriteValue32(g.word(g.graphWord(0, r)), 1),
+					hip.WriteValue32(g.word(g.graphWord(1, r)), 1))
+			}
+			if err := hip.BatchMemOps(e.rt, s, ops); err != nil {
+				log.Warnf("ce abort: rank %d: release flag waits: %v", e.rank, err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}(g.relStop, g.relDone)
+}
+
+// stopRelease ends the release loop, if running.
+func (g *signals) stopRelease() {
+	if g.relStop == nil {
+		return
+	}
+	close(g.relStop)
+	<-g.relDone
+	g.relStop, g.relDone = nil, nil
+}
