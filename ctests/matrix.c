@@ -74,6 +74,8 @@
  *   matrix --run all|pairwise|NAME|ID[,...] [-j 2] [-t 30] [-o LOGDIR] [-K]
  *   matrix --cell NAME                         one cell in this process
  *   matrix --rules                             the outcome table
+ *   --shard K/N with --list or --run: every N-th selected cell from the K-th
+ *   (0-based), to split a long list between runs
  * Common options: -r ranks, -k calls, -g rounds, -c count, -t watchdog
  * seconds (CECOLL_MATRIX_WATCHDOG), -j parallel cells, -o log folder (default
  * matrix-logs beside the binary; logs of cells with the expected outcome are
@@ -273,6 +275,7 @@ static struct {
   const char* logdir;
   int keep_logs; /* -K */
   int verbose;   /* -v */
+  int shard_k, shard_n; /* --shard K/N: every N-th selected cell from the K-th */
 } opt;
 
 static const char* self_path;
@@ -280,7 +283,8 @@ static const char* self_path;
 static void usage(void) {
   fprintf(stderr,
           "usage: %s --list all|pairwise | --run all|pairwise|NAME|ID[,...] | --cell NAME | --rules\n"
-          "       [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-o logdir] [-K] [-v]\n",
+          "       [--shard K/N] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs]\n"
+          "       [-o logdir] [-K] [-v]\n",
           self_path);
   exit(2);
 }
@@ -1133,22 +1137,22 @@ static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
       if (x != X_DATA && !stray && !event_matches(ru, e) && !event_allowed(x, e)) stray = e, stray_r = r;
     }
   }
-#define EVFMT "rank %d %s: %s: %s"
+#define EVFMT "rank %d %s: %s: %.200s"
 #define EVARG(r, e) (r), (e)->where, ncclGetErrorString((ncclResult_t)(e)->code), (e)->text
   if (cr->crashed) {
     if (first)
-      snprintf(detail, dn, "%s; first error: " EVFMT, cr->problem, EVARG(first_r, first));
+      snprintf(detail, dn, "%.250s; first error: " EVFMT, cr->problem, EVARG(first_r, first));
     else
-      snprintf(detail, dn, "%s", cr->problem);
+      snprintf(detail, dn, "%.250s", cr->problem);
     return V_FAIL;
   }
   if (x == X_DATA) {
     if (first) {
-      snprintf(detail, dn, EVFMT "%s%s", EVARG(first_r, first), cr->hung ? "; then: " : "", cr->hung ? cr->problem : "");
+      snprintf(detail, dn, EVFMT "%s%.250s", EVARG(first_r, first), cr->hung ? "; then: " : "", cr->hung ? cr->problem : "");
       return V_FAIL;
     }
     if (cr->hung) {
-      snprintf(detail, dn, "%s", cr->problem);
+      snprintf(detail, dn, "%.250s", cr->problem);
       return V_HANG;
     }
     if (bad) {
@@ -1172,7 +1176,7 @@ static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
   }
   if (!match) {
     if (cr->hung) {
-      snprintf(detail, dn, "no %s before: %s", ru->outcome, cr->problem);
+      snprintf(detail, dn, "no %s before: %.250s", ru->outcome, cr->problem);
       return V_HANG;
     }
     for (int r = 0; r < cr->n && ru->text; r++)
@@ -1189,7 +1193,7 @@ static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
     return V_FAIL;
   }
   if (cr->hung) {
-    snprintf(detail, dn, "after the expected error (" EVFMT "): %s", EVARG(match_r, match), cr->problem);
+    snprintf(detail, dn, "after the expected error (" EVFMT "): %.250s", EVARG(match_r, match), cr->problem);
     return V_HANG;
   }
   snprintf(detail, dn, EVFMT, EVARG(match_r, match));
@@ -1693,6 +1697,7 @@ int main(int argc, char** argv) {
                                         {"cell", required_argument, NULL, 'C'},
                                         {"rank", required_argument, NULL, 'W'},
                                         {"rules", no_argument, NULL, 'U'},
+                                        {"shard", required_argument, NULL, 'S'},
                                         {NULL, 0, NULL, 0}};
   const char *list = NULL, *run = NULL, *one = NULL, *rank = NULL, *v;
   int rules_only = 0, o;
@@ -1720,6 +1725,11 @@ int main(int argc, char** argv) {
       case 'K': opt.keep_logs = 1; break;
       case 'v': opt.verbose = 1; break;
       case 'P': opt_proc = atoi(optarg); break;
+      case 'S':
+        if (sscanf(optarg, "%d/%d", &opt.shard_k, &opt.shard_n) != 2 || opt.shard_n < 1 || opt.shard_k < 0 ||
+            opt.shard_k >= opt.shard_n)
+          usage();
+        break;
       default: usage();
     }
   }
@@ -1748,6 +1758,11 @@ int main(int argc, char** argv) {
     int* sel = (int*)malloc((size_t)ncells * sizeof *sel + sizeof *sel);
     REQUIRE(sel != NULL);
     n = select_cells(list ? list : run, cells, ncells, sel);
+    if (opt.shard_n > 1) {
+      int m = 0;
+      for (int i = opt.shard_k; i < n; i += opt.shard_n) sel[m++] = sel[i];
+      n = m;
+    }
     if (list) {
       list_cells(cells, sel, n);
     } else {
