@@ -1059,6 +1059,20 @@ static void run_flow(run_t* R, int layout) {
     register_all(R);
   }
   if (!atomic_load(&R->failed) && R->c.v[D_EXEC] == E_GRAPH) capture_all(R);
+  if (R->x == X_CAPTURE && atomic_load(&R->failed)) {
+    /* The refused capture enqueued nothing: the communicators must still
+     * finalize cleanly, so end normally (its errors are recorded). */
+    int only_capture = 1;
+    for (int l = 0; l < R->nlocal; l++)
+      for (int i = 0; i < R->ob[l].nev; i++) only_capture &= strcmp(R->ob[l].ev[i].where, "capture") == 0;
+    if (only_capture) {
+      atomic_store(&R->failed, 0);
+      teardown(R);
+      if (atomic_load(&R->failed)) teardown_abort(R);
+      for (int l = 0; l < R->nlocal; l++) R->ob[l].done = 1;
+      return;
+    }
+  }
   for (int t = 0; t < R->rounds && !atomic_load(&R->failed); t++) {
     const char* what = R->c.v[D_EXEC] == E_GRAPH ? "replay" : "round";
     char when[32];
