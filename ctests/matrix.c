@@ -72,6 +72,7 @@
  * Usage:
  *   matrix --list all|pairwise [-r 2,3,4]      ids, names, expected outcomes
  *   matrix --run all|pairwise|NAME|ID[,...] [-j 2] [-t 30] [-o LOGDIR] [-K]
+ *                   (a comma-separated mix: pairwise,NAME adds a cell)
  *   matrix --cell NAME                         one cell in this process
  *   matrix --rules                             the outcome table
  *   --shard K/N with --list or --run: every N-th selected cell from the K-th
@@ -83,7 +84,10 @@
  * pairwise: a greedy, deterministic subset in which every pair of values of
  * any two dimensions appears at least once, shown by a cell of the best
  * outcome class that can show it (right data before errors).
- * --run exits non-zero on any FAIL or HANG.
+ * --run exits non-zero on any FAIL or HANG. The cells inherit the
+ * environment: CECOLL_CHECK=1 runs every cell under the check (a false
+ * alarm in a right-data cell is then a FAIL), CECOLL_HOST_CHAOS=<seed> under
+ * the host device's adversarial scheduler.
  *
  * Each cell runs in its own process (posix_spawn of this binary, never a
  * bare fork: the Go runtime is already running), in its own process group.
@@ -1639,45 +1643,51 @@ static int run_cells(const cell* cells, const int* list, int count) {
 
 /* ---- Lists ---------------------------------------------------------------------------------- */
 
-/* Resolves "all", "pairwise" or NAME|ID[,...] into ids; returns the count. */
+/* Resolves a comma-separated list of "all", "pairwise", names and ids into
+ * ids, each once, in the order given; returns the count. */
 static int select_cells(const char* what, const cell* cells, int ncells, int* list) {
   int n = 0;
-  if (strcmp(what, "all") == 0) {
-    for (int k = 0; k < ncells; k++) list[n++] = k;
-    return n;
-  }
-  if (strcmp(what, "pairwise") == 0) return pairwise(cells, ncells, list);
+  char* seen = (char*)calloc((size_t)ncells + 1, 1);
+  int* tmp = (int*)malloc(((size_t)ncells + 1) * sizeof *tmp);
+  REQUIRE(seen && tmp);
   while (*what) {
     size_t m = strcspn(what, ",");
     char tok[128];
     char* end;
     long id;
     cell c;
+    int nt = 0;
     if (m == 0 || m >= sizeof tok) usage();
     memcpy(tok, what, m);
     tok[m] = '\0';
     id = strtol(tok, &end, 10);
-    if (!*end) {
+    if (strcmp(tok, "all") == 0) {
+      for (int k = 0; k < ncells; k++) tmp[nt++] = k;
+    } else if (strcmp(tok, "pairwise") == 0) {
+      nt = pairwise(cells, ncells, tmp);
+    } else if (!*end) {
       if (id < 0 || id >= ncells) {
         fprintf(stderr, "no cell %ld (0..%d with -r as given)\n", id, ncells - 1);
         exit(2);
       }
-      list[n++] = (int)id;
+      tmp[nt++] = (int)id;
     } else if (cell_parse(tok, &c) == 0) {
-      int found = -1;
-      for (int k = 0; k < ncells && found < 0; k++)
-        if (memcmp(&cells[k], &c, sizeof c) == 0) found = k;
-      if (found < 0) {
+      for (int k = 0; k < ncells && nt == 0; k++)
+        if (memcmp(&cells[k], &c, sizeof c) == 0) tmp[nt++] = k;
+      if (nt == 0) {
         fprintf(stderr, "%s: its rank count is not in -r\n", tok);
         exit(2);
       }
-      list[n++] = found;
     } else {
       fprintf(stderr, "%s: not a cell name or id (see --list all)\n", tok);
       exit(2);
     }
+    for (int i = 0; i < nt; i++)
+      if (!seen[tmp[i]]) seen[tmp[i]] = 1, list[n++] = tmp[i];
     what += m + (what[m] == ',');
   }
+  free(seen);
+  free(tmp);
   return n;
 }
 

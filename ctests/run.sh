@@ -24,8 +24,10 @@
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # its pairwise subset on the host device, plain and under
 # CECOLL_HOST_CHAOS=1,2,3 (the default environment only with --fast), each
-# cell in its own process under a 10 s watchdog (about 5 s a row with every
-# cell passing; a hang costs its watchdog).
+# cell in its own process under a 10 s watchdog, 4 at a time (measured on
+# 2 cores: the cells that did not hang took 2.3-2.8 s together per row; a
+# hang costs its 10 s, so with the engine of 2026-12 (6-7 hangs a row) each
+# row took about 21 s, the four 84 s).
 # Then the exported-symbol check (test_symbols.sh) and the CMake package
 # check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
