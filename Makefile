@@ -4,6 +4,7 @@
 #                 with build/perf.json and the plot build/perf.png
 #   make plot     the same sweep, rendered by build/cecoll-plot as a separate step (needs Go's module proxy once)
 #   make test     Go tests (host device, with and without chaos, -race), then the C tests
+#   make test-matrix  the whole correctness matrix on the host device (ctests/README.md)
 #   make install  PREFIX=/usr/local
 
 GO      ?= go
@@ -22,7 +23,7 @@ RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python install clean
+.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python test-matrix install clean
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -90,6 +91,21 @@ test-chaos:
 
 test-c: all
 	bash ctests/run.sh
+
+# The correctness matrix (ctests/matrix.c): every cell, each in its own process under a
+# watchdog. Hung cells sleep rather than spin, so more run at once than there are cores:
+# 6336 cells took 37.5 min on 2 cores at -j 6 -t 8 (2026-12 engine: 2904 cells fail or
+# hang, the hangs cost most of it); a passing cell takes about 0.1 s.
+# $ORIGIN/.. finds libcecoll.so in build/, also where the tree was copied (a GPU machine).
+MATRIX := $(BUILD)/ctests/matrix
+MATRIX_ARGS ?= -j 6 -t 10
+$(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ctests/mp_common.h include/nccl.h include/nccl_ce.h $(LIB)
+	@mkdir -p $(BUILD)/ctests
+	$(CC) -std=gnu17 -O1 -g -Wall -Werror -Iinclude -o $@ ctests/matrix.c ctests/common.c ctests/mp_common.c \
+	  -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN/..' -lpthread
+
+test-matrix: all $(MATRIX)
+	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
 
 # The Python binding (python/cecoll) on 2 and 4 spawned processes, host device.
 # Always Debian's interpreter: a python3 earlier on PATH may lack torch.

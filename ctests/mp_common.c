@@ -118,6 +118,10 @@ static int high_pipe(int fds[2]) {
 }
 
 int mp_spawn(mp_child* c, const char* self, char* const args[], char* const extra_env[]) {
+  return mp_spawn_ex(c, self, args, extra_env, NULL);
+}
+
+int mp_spawn_ex(mp_child* c, const char* self, char* const args[], char* const extra_env[], const mp_spawn_opt* opt) {
   size_t ne = 0, nx = 0, na = 0;
   char** env;
   char** argv;
@@ -159,12 +163,21 @@ int mp_spawn(mp_child* c, const char* self, char* const args[], char* const extr
   /* dup2 clears close-on-exec on the target: only fds 0-4 reach the child. */
   posix_spawn_file_actions_adddup2(&fa, up[1], 3);
   posix_spawn_file_actions_adddup2(&fa, down[0], 4);
+  if (opt && opt->output) {
+    posix_spawn_file_actions_addopen(&fa, 1, opt->output, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
   /* The parent ignores SIGPIPE; the child starts with the default. */
   posix_spawnattr_init(&attr);
   sigemptyset(&def);
   sigaddset(&def, SIGPIPE);
   posix_spawnattr_setsigdefault(&attr, &def);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  if (opt && opt->new_pgroup) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  } else {
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  }
   rc = posix_spawn(&c->pid, "/proc/self/exe", &fa, &attr, argv, env);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
@@ -290,6 +303,11 @@ int mp_wait_all(mp_child* ch, int n, double deadline, const char* what) {
   }
   fflush(stderr);
   return killed;
+}
+
+int mp_poll(mp_child* c) {
+  reap(c, WNOHANG);
+  return c->pid && c->done;
 }
 
 void mp_kill_all(mp_child* ch, int n) {

@@ -60,6 +60,20 @@ typedef struct {
  * are the status pipes. Returns 0, or -1 (c->pid stays 0). */
 int mp_spawn(mp_child* c, const char* self, char* const args[], char* const extra_env[]);
 
+/* What mp_spawn_ex adds to mp_spawn. */
+typedef struct {
+  int new_pgroup;     /* the child leads a new process group, so kill(-pid) also
+                       * reaches the processes it starts itself */
+  const char* output; /* file (created, truncated) for the child's stdout and
+                       * stderr; NULL: inherited */
+} mp_spawn_opt;
+
+/* mp_spawn with options (opt may be NULL). */
+int mp_spawn_ex(mp_child* c, const char* self, char* const args[], char* const extra_env[], const mp_spawn_opt* opt);
+
+/* Reaps the child if it has exited, without waiting; 1 when it is done. */
+int mp_poll(mp_child* c);
+
 /* Writes one line (a '\n' is added) to the child; -1 on error. */
 int mp_send_line(mp_child* c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
