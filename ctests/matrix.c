@@ -52,9 +52,11 @@
  *     shared                           on one stream in ungrouped calls: a
  *                                      call returns ncclInvalidUsage, nothing
  *                                      enqueued, last error mentions "stream"
- *   3 buffers=mixedsym                 contract: ncclInvalidUsage from a call or
- *                                      ncclCommGetAsyncError whose last error
- *                                      mentions "symmetric" (data unchecked)
+ *   3 buffers=mixedsym, layout not     contract: ncclInvalidUsage from a call or
+ *     group                            ncclCommGetAsyncError whose last error
+ *                                      mentions "symmetric" (data unchecked);
+ *                                      in a group every rank's buffers are
+ *                                      known, windows or not: right data
  *   4 otherwise                        data: every byte of every allocation
  *                                      is right: results, inputs, and the
  *                                      poison around them (128 guard bytes
@@ -241,7 +243,7 @@ static const struct rule {
                          "two ranks of one process on one stream in ungrouped calls: a call returns "
                          "ncclInvalidUsage (nothing enqueued), last error mentions \"stream\"",
                          ncclInvalidUsage, "stream"},
-    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym (CECOLL_CHECK=1)",
+    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym, layout not group (CECOLL_CHECK=1)",
                     "ncclInvalidUsage from a call or ncclCommGetAsyncError, last error mentions \"symmetric\"; "
                     "data not checked",
                     ncclInvalidUsage, "symmetric"},
@@ -253,7 +255,7 @@ static const struct rule {
 static expect_t expected(const cell* c) {
   if (c->v[D_STREAM] == S_NULL && c->v[D_EXEC] == E_GRAPH) return X_CAPTURE;
   if (c->v[D_LAYOUT] == L_THREADS && (c->v[D_STREAM] == S_NULL || c->v[D_STREAM] == S_SHARED)) return X_SHARED_STREAM;
-  if (c->v[D_BUF] == B_MIXEDSYM) return X_CONTRACT;
+  if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP) return X_CONTRACT;
   return X_DATA;
 }
 

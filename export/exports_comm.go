@@ -157,7 +157,12 @@ func goexp_ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res C.ncc
 	}
 	c, err := commOf(call, h)
 	if err == nil {
-		*out = C.ncclResult_t(result.Of(c.AsyncError()))
+		aerr := c.AsyncError()
+		*out = C.ncclResult_t(result.Of(aerr))
+		if aerr != nil {
+			// ncclGetLastError then says what failed, and where.
+			setLastError(call, aerr.Error())
+		}
 	}
 	return toResult(call, err)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"sync"
 
+	"cecoll/internal/comm"
 	"cecoll/internal/hip"
 	"cecoll/internal/osthread"
 )
@@ -12,10 +13,11 @@ import (
 // (ncclInvalidArgument) by a map lookup. Keys are never reused, so a
 // destroyed handle cannot alias a later graph.
 type graphObj struct {
-	mu   sync.Mutex
-	g    hip.Graph     // the captured graph
-	x    hip.GraphExec // 0 until instantiated
-	dead bool          // destroyed while a launch held it
+	mu    sync.Mutex
+	g     hip.Graph     // the captured graph
+	x     hip.GraphExec // 0 until instantiated
+	dead  bool          // destroyed while a launch held it
+	comms []*comm.Comm  // whose collectives it holds (ordered at launch)
 }
 
 var graphs = struct {
@@ -69,10 +71,11 @@ func (c *captureSet) end(s hip.Stream) (othersOpen bool) {
 func endCapture(rt hip.Runtime, s hip.Stream) (uintptr, error) {
 	g, err := rt.StreamEndCapture(s)
 	othersOpen := captures.end(s)
+	comms := comm.TakeCaptured(s)
 	if err != nil {
 		return 0, err
 	}
-	o := &graphObj{g: g}
+	o := &graphObj{g: g, comms: comms}
 	if !othersOpen {
 		if o.x, err = rt.GraphInstantiate(g); err != nil {
 			_ = rt.GraphDestroy(g)
@@ -118,7 +121,22 @@ func launchGraph(call string, rt hip.Runtime, k uintptr, s hip.Stream) error {
 			return err
 		}
 	}
-	return rt.GraphLaunch(o.x, s)
+	// The replay runs after each communicator's earlier work and before
+	// its later work (B19).
+	for _, c := range o.comms {
+		if err := c.OrderBefore(s); err != nil {
+			return err
+		}
+	}
+	if err := rt.GraphLaunch(o.x, s); err != nil {
+		return err
+	}
+	for _, c := range o.comms {
+		if err := c.OrderAfter(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // destroyGraph forgets the key, then destroys the executable graph (if

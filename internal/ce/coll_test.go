@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/result"
 )
 
 // pattern is the content of block id, n bytes; distinct per id.
@@ -493,4 +495,61 @@ func TestIntraBatchSync(t *testing.T) {
 			runCases(t, n, worldOpts{chaos: 2}, cfg, allCases(n, []uintptr{16, 100}, []bufMode{bufPlain, bufWindow, bufGroup}))
 		})
 	}
+}
+
+// pageableRT is a runtime whose copies block on pageable host memory (as
+// CUDA's do) and which calls one buffer pageable.
+type pageableRT struct {
+	hip.Runtime
+	pageable hip.DevicePtr
+}
+
+func (r pageableRT) Caps() hip.Caps {
+	c := r.Runtime.Caps()
+	c.PageableBlocks = true
+	return c
+}
+
+func (r pageableRT) PointerInfo(p hip.DevicePtr) (hip.PointerInfo, error) {
+	if p == r.pageable {
+		return hip.PointerInfo{Kind: hip.PtrHostPageable, Device: -1}, nil
+	}
+	return r.Runtime.PointerInfo(p)
+}
+
+// TestPointerKinds: where copies on pageable host memory block the host,
+// such a buffer is refused at the call (ncclInvalidArgument), with nothing
+// enqueued; device memory passes.
+func TestPointerKinds(t *testing.T) {
+	w := newWorld(t, 2, worldOpts{wrap: func(rank int, rt hip.Runtime) hip.Runtime {
+		return &pageableRT{Runtime: rt}
+	}})
+	w.run(testCfg(), 30*time.Second, false, func(r *rankEnv) error {
+		c := collCase{fn: FuncAllGather, count: 64, dtype: 0, mode: bufPlain}
+		p := r.prepare(c)
+		if err := r.e.Launch(&p.args); err != nil {
+			return err
+		}
+		r.syncStream()
+		if err := r.verify(c, p); err != nil {
+			return err
+		}
+		r.w.bar.wait()
+		if r.rank != 0 {
+			return nil
+		}
+		// A buffer the pointer cache has not seen.
+		bad := r.alloc(4096)
+		r.rt.(*pageableRT).pageable = bad
+		a := p.args
+		a.Send = bad
+		_, err := r.e.Prepare(&a)
+		if err == nil || result.Of(err) != result.InvalidArgument {
+			return fmt.Errorf("pageable sendbuff: got %v, want ncclInvalidArgument", err)
+		}
+		if !strings.Contains(err.Error(), "pageable host memory") {
+			return fmt.Errorf("pageable sendbuff: %v", err)
+		}
+		return nil
+	})
 }

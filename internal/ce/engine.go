@@ -19,15 +19,16 @@ import (
 // room in a stream's queue), but a communicator's collectives must still
 // be issued in the same order on every rank.
 type Engine struct {
-	mu   sync.Mutex
-	c    Comm
-	rt   hip.Runtime
-	cfg  Config
-	caps hip.Caps
-	rank int
-	n    int
-	dev  int
-	able bool // Implemented for this runtime
+	mu        sync.Mutex
+	c         Comm
+	rt        hip.Runtime
+	cfg       Config
+	caps      hip.Caps
+	rank      int
+	n         int
+	dev       int
+	able      bool // Implemented for this runtime
+	checkPtrs bool // checkPointers runs (Caps.PageableBlocks or CECOLL_CHECK_POINTERS)
 
 	closed  atomic.Bool // Close ran: calls fail
 	drained atomic.Bool // Close freed the state
@@ -43,14 +44,13 @@ type Engine struct {
 	stageWin  Window
 	stageSize uintptr
 
-	// The engine's streams: es runs every eager call, ecap every captured
-	// one (a stream that joins a capture stays in it until the capture
-	// ends, so eager work must not go there), side a large own-block copy
-	// beside the pushes. Every call is joined to the caller's stream by
-	// events, recorded before they are waited on (join.go).
-	es, ecap, side hip.Stream
-	evIn, evOut    hip.Event // eager join in and out; evOut also marks progress
-	capIn, capOut  hip.Event // the same under capture
+	// The engine's streams: es runs every call, joined to the caller's
+	// stream by events (run.go); side, where no other rank of the process
+	// shares the device, a large own-block copy beside the pushes. capOpen:
+	// a captured call forked es into a capture that may still be open.
+	es, side       hip.Stream
+	capOpen        bool
+	evIn, evOut    hip.Event // join in and out; evOut also marks progress
 	fork, joinSide hip.Event
 	tail           hip.Event // OrderBefore/OrderAfter (graph launches)
 
@@ -59,6 +59,7 @@ type Engine struct {
 	cur   call
 	cp    copyList
 	ops   []hip.MemOp
+	cuts  []int // batch boundaries in ops (fence)
 	attrs [1]hip.CopyAttributes
 	attrI [1]uintptr
 
@@ -96,6 +97,7 @@ func (e *Engine) setup() error {
 	e.holdShared()
 	e.caps = rt.Caps()
 	e.able = Implemented(rt, FuncAllGather, 0, 0)
+	e.checkPtrs = e.caps.PageableBlocks || param.CheckPointers.Get()
 	if err := e.sig.init(e); err != nil {
 		return err
 	}
@@ -107,18 +109,27 @@ func (e *Engine) setup() error {
 	if e.stageWin, err = e.c.RegisterWindow(e.stageBase, e.stageSize); err != nil {
 		return initErr("staging window register", err)
 	}
-	for _, s := range []*hip.Stream{&e.es, &e.ecap, &e.side} {
-		if *s, err = rt.StreamCreate(); err != nil {
+	if e.es, err = rt.StreamCreate(); err != nil {
+		return initErr("stream create", err)
+	}
+	// Every stream of a process counts against the driver's limits (on
+	// the H200 a graph launch blocks on the host once the streams and the
+	// graphs parked on waits reach about 34: docs/measurements.md, seventh
+	// session), and where ranks share a device a copy beside the others
+	// gains nothing: no side stream there.
+	if !e.c.DeviceShared() {
+		if e.side, err = rt.StreamCreate(); err != nil {
 			return initErr("stream create", err)
 		}
 	}
-	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.capIn, &e.capOut, &e.fork, &e.joinSide, &e.tail} {
+	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.fork, &e.joinSide, &e.tail} {
 		if *ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
 			return initErr("event create", err)
 		}
 	}
 	e.cp.init(3*n + 4)
 	e.ops = make([]hip.MemOp, 0, 6*n+8)
+	e.cuts = make([]int, 0, 4)
 	e.attrs[0] = hip.CopyAttributes{SrcAccessOrder: hip.SrcAccessOrderStream, Flags: hip.CopyFlagPreferOverlapWithCompute}
 	if err := e.warmUp(); err != nil {
 		return initErr("warm-up", err)
@@ -175,13 +186,13 @@ func (e *Engine) release() error {
 		}
 	}
 	e.sig.release(e, keep)
-	for _, s := range []*hip.Stream{&e.es, &e.ecap, &e.side, &e.sig.abortStream} {
+	for _, s := range []*hip.Stream{&e.es, &e.side, &e.sig.abortStream} {
 		if *s != 0 {
 			keep(rt.StreamDestroy(*s))
 			*s = 0
 		}
 	}
-	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.capIn, &e.capOut, &e.fork, &e.joinSide, &e.tail} {
+	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.fork, &e.joinSide, &e.tail} {
 		if *ev != 0 {
 			keep(rt.EventDestroy(*ev))
 			*ev = 0
@@ -217,7 +228,9 @@ func (e *Engine) Close() <-chan struct{} {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if err := e.rt.SetDevice(e.dev); err != nil {
-			log.Warnf("ce close: rank %d: set device: %v", e.rank, err)
+			if !errors.Is(err, hip.ErrDeinitialized) { // the process is exiting: the driver frees all
+				log.Warnf("ce close: rank %d: set device: %v", e.rank, err)
+			}
 			return
 		}
 		drained := e.drain()
@@ -226,7 +239,7 @@ func (e *Engine) Close() <-chan struct{} {
 			log.Warnf("ce close: rank %d: its streams did not drain within %v; leaving the CE state allocated", e.rank, e.limit())
 			return
 		}
-		if err := e.release(); err != nil {
+		if err := e.release(); err != nil && !errors.Is(err, hip.ErrDeinitialized) {
 			log.Warnf("ce close: rank %d: %v", e.rank, err)
 		}
 		e.drained.Store(true)
@@ -252,7 +265,10 @@ func (e *Engine) limit() time.Duration {
 func (e *Engine) drain() bool {
 	start := time.Now()
 	pause := 20 * time.Microsecond
-	for _, s := range [...]hip.Stream{e.es, e.ecap, e.side} {
+	for _, s := range [...]hip.Stream{e.es, e.side} {
+		if s == 0 {
+			continue
+		}
 		for {
 			err := e.rt.StreamQuery(s)
 			if err == nil || !errors.Is(err, hip.ErrNotReady) {

@@ -6,16 +6,20 @@ import (
 	"cecoll/internal/result"
 )
 
-// Running a plan. A call is joined to the caller's stream: an event
-// recorded there is waited on by the engine's stream (es eager, ecap under
-// capture), every step runs there, and the caller's stream waits for an
-// event recorded at the end. So no flag wait ever parks the caller's
-// stream, a stream shared by several ranks in a group, or the legacy NULL
-// stream; every eager collective of the communicator runs on es, one
-// after another (B19); and the engine knows its streams. (The caller's
-// stream still waits on the end event, and on the H200 an event wait
-// holds a hardware queue as a flag wait does: docs/measurements.md,
-// eighth session. internal/comm counts two per rank.)
+// Running a plan. An eager call is joined to the caller's stream: an event
+// recorded there is waited on by the engine's stream es, every step runs
+// there, and the caller's stream waits for an event recorded at the end.
+// So no flag wait ever parks the caller's stream, a stream shared by
+// several ranks in a group, or the legacy NULL stream; every eager
+// collective of the communicator runs on es, one after another (B19); and
+// the engine knows its streams. (The caller's stream still waits on the
+// end event, and on the H200 an event wait holds a hardware queue as a
+// flag wait does: docs/measurements.md, eighth session. internal/comm
+// counts two per rank.) A captured call forks es into the capture the same
+// way (ranks sharing a stream need the branches); es then stays in the
+// capture until it ends, so an eager call meanwhile is refused (capOpen)
+// rather than captured. A replay runs on the graph's own streams; graph
+// launches are ordered with the eager calls by OrderBefore and OrderAfter.
 //
 // A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
 // plan step i (Step(0) joins in first), Step(2i+1) its second, and
@@ -28,7 +32,7 @@ import (
 type call struct {
 	plan
 	s         hip.Stream // the caller's
-	ws        hip.Stream // es or ecap
+	ws        hip.Stream // es
 	capturing bool
 	events    []hip.Event // every rank's event when the call syncs by events
 	side      bool        // a local copy went to the side stream
@@ -38,8 +42,9 @@ type call struct {
 
 // Prepared says how a prepared call runs.
 type Prepared struct {
-	Steps  int  // calls of Step, every rank the same
-	Events bool // it syncs by events (group step order required)
+	Steps    int  // calls of Step, every rank the same
+	Events   bool // it syncs by events (group step order required)
+	Captured bool // it is captured into a graph
 }
 
 // Launch enqueues this rank's part of a collective on a.Stream: an
@@ -114,15 +119,15 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 		return Prepared{}, err
 	}
 	c.s, c.ws, c.side, c.events = a.Stream, e.es, false, nil
-	if c.capturing {
-		c.ws = e.ecap
+	if err := e.checkCapture(a.Func, c.capturing); err != nil {
+		return Prepared{}, err
 	}
 	if e.chooseEvents(&c.plan, c.capturing) {
 		c.events = a.PeerEvents
 	}
 	c.total, c.next = 2*c.steps+1, 0
 	e.logCall()
-	return Prepared{Steps: c.total, Events: c.events != nil}, nil
+	return Prepared{Steps: c.total, Events: c.events != nil, Captured: c.capturing}, nil
 }
 
 // chooseEvents is the one place that picks the signal of a call: events
@@ -193,17 +198,36 @@ func (e *Engine) runStep(k int) error {
 // same thread.
 func (e *Engine) joinIn() error {
 	c := &e.cur
-	ev := e.evIn
-	if c.capturing {
-		ev = e.capIn
-	}
-	if err := e.rt.EventRecord(ev, c.s); err != nil {
+	if err := e.rt.EventRecord(e.evIn, c.s); err != nil {
 		return err
 	}
-	if !c.capturing {
+	if c.capturing {
+		e.capOpen = true
+	} else {
 		e.issued.Add(1) // progress: Pending watches this call from now on
 	}
-	return e.rt.StreamWaitEvent(c.ws, ev)
+	return e.rt.StreamWaitEvent(c.ws, e.evIn)
+}
+
+// checkCapture refuses an eager call while es is still in a capture a
+// captured call forked it into: the call would become part of that graph.
+// It asks the runtime only after a capture.
+func (e *Engine) checkCapture(f Func, capturing bool) error {
+	if !e.capOpen {
+		return nil
+	}
+	st, err := e.rt.StreamGetCaptureStatus(e.es)
+	if err != nil {
+		return launchErr(f, "capture status", err)
+	}
+	if st == hip.CaptureNone {
+		e.capOpen = false
+		return nil
+	}
+	if capturing {
+		return nil // the same capture, or the runtime refuses the join
+	}
+	return result.Errorf(result.InvalidUsage, "ce %s: a stream capture holding this communicator's collectives is still open: end it before issuing the communicator's eager calls", f)
 }
 
 func (e *Engine) joinOut() error {
@@ -216,14 +240,10 @@ func (e *Engine) joinOut() error {
 			return err
 		}
 	}
-	ev := e.evOut
-	if c.capturing {
-		ev = e.capOut
-	}
-	if err := e.rt.EventRecord(ev, c.ws); err != nil {
+	if err := e.rt.EventRecord(e.evOut, c.ws); err != nil {
 		return err
 	}
-	return e.rt.StreamWaitEvent(c.s, ev)
+	return e.rt.StreamWaitEvent(c.s, e.evOut)
 }
 
 // sideCopyMin is the smallest own-block copy that goes to the side stream:
@@ -246,7 +266,7 @@ func (e *Engine) localCopies(s hip.Stream, capturing bool) error {
 		return err
 	}
 	c := &e.cur
-	if capturing || c.events != nil || e.cp.ops[lo].n < sideCopyMin {
+	if capturing || c.events != nil || e.side == 0 || e.cp.ops[lo].n < sideCopyMin {
 		return e.copies(s, lo, hi, capturing)
 	}
 	if err := e.rt.EventRecord(e.fork, s); err != nil {
@@ -275,8 +295,9 @@ func (e *Engine) copySeg(s hip.Stream, from, to int) error {
 // one batched copy where the runtime has it, else (and under capture,
 // where the driver refuses it) one copy each. A single copy goes alone: a
 // batch of one orders nothing, and a batch call costs about twice a plain
-// copy's host time. 2D copies always go alone. Never on the legacy NULL
-// stream, which refuses batches (B14): s is an engine stream.
+// copy's host time. 2D copies always go alone. Never a batch on the legacy
+// NULL stream, which refuses them (B14): eager calls copy on the engine's
+// streams, and the legacy stream cannot be captured.
 func (e *Engine) copies(s hip.Stream, lo, hi int, capturing bool) error {
 	if lo >= hi {
 		return nil
@@ -423,6 +444,9 @@ func (e *Engine) validate(a *Args) (uintptr, error) {
 			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL recv buffer on rank %d", a.Func, e.rank)
 		}
 	}
+	if err := e.checkPointers(a, chunk); err != nil {
+		return 0, err
+	}
 	if (a.PeerSend != nil && len(a.PeerSend) != e.n) || (a.PeerRecv != nil && len(a.PeerRecv) != e.n) {
 		return 0, result.Errorf(result.InvalidArgument, "ce %s: peer buffer lists must hold one entry per rank (%d)", a.Func, e.n)
 	}
@@ -432,6 +456,53 @@ func (e *Engine) validate(a *Args) (uintptr, error) {
 		}
 	}
 	return chunk, nil
+}
+
+// pointers remembers the device allocations buffers were found in, for
+// every engine of the process (hip.PointerCache: a hit costs no driver
+// call and allocates nothing).
+var pointers hip.PointerCache
+
+// checkPointers refuses buffers a copy engine cannot use asynchronously:
+// unmapped memory, and where the runtime's copies would block on it
+// (Caps.PageableBlocks), pageable host memory, which inside a collective
+// waiting for its peers would block the host thread for good. Checked
+// where the runtime needs it, or everywhere with CECOLL_CHECK_POINTERS=1.
+func (e *Engine) checkPointers(a *Args, chunk uintptr) error {
+	if !e.checkPtrs {
+		return nil
+	}
+	n := uintptr(e.n)
+	sendLen, recvLen := chunk, n*chunk
+	switch a.Func {
+	case FuncAlltoAll:
+		sendLen = n * chunk
+	case FuncScatter:
+		sendLen, recvLen = n*chunk, chunk
+	}
+	isRoot := a.Root == e.rank
+	if a.Func != FuncScatter || isRoot {
+		if err := e.checkPointer(a.Func, "sendbuff", a.Send, sendLen); err != nil {
+			return err
+		}
+	}
+	if a.Func != FuncGather || isRoot {
+		return e.checkPointer(a.Func, "recvbuff", a.Recv, recvLen)
+	}
+	return nil
+}
+
+func (e *Engine) checkPointer(f Func, what string, p hip.DevicePtr, n uintptr) error {
+	k, err := pointers.Check(e.rt, p, n)
+	switch {
+	case err != nil:
+		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x: %v", f, what, uintptr(p), err)
+	case k == hip.PtrHostPageable:
+		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is pageable host memory, which copy engines reach only with the host waiting: use device memory (ncclMemAlloc, cudaMalloc) or pinned host memory", f, what, uintptr(p))
+	case k == hip.PtrUnmapped:
+		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is not mapped", f, what, uintptr(p))
+	}
+	return nil
 }
 
 // validateGroup checks what a group's buffer lists show about every rank:

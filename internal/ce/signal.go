@@ -312,31 +312,27 @@ func (e *Engine) await(from int, v, arr uint32, capturing bool) {
 }
 
 // fence ends the batch under construction where the runtime may let a
-// batch's later writes overtake its waits (HIP): the writes go in the
+// batch's later writes overtake its waits (HIP): what follows goes in the
 // next one. The ops stay queued in e.ops; submit sends them.
 func (e *Engine) fence() {
 	if e.caps.SplitWaitReset && len(e.ops) > 0 {
-		e.ops = append(e.ops, hip.MemOp{}) // a batch boundary, see submit
+		e.cuts = append(e.cuts, len(e.ops))
 	}
 }
 
-// submit enqueues e.ops on s, in batches of at most 255 entries (B7), a new
-// batch after every boundary fence left.
+// submit enqueues e.ops on s, in batches of at most 255 entries (B7) and a
+// new batch at every fence.
 func (e *Engine) submit(s hip.Stream) error {
-	ops := e.ops
-	e.ops = e.ops[:0]
-	for len(ops) > 0 {
-		i := 0
-		for i < len(ops) && ops[i].Op != hip.MemOpInvalid {
-			i++
+	ops, cuts := e.ops, e.cuts
+	e.ops, e.cuts = e.ops[:0], e.cuts[:0]
+	at := 0
+	for _, c := range append(cuts, len(ops)) {
+		if c > at {
+			if err := hip.BatchMemOps(e.rt, s, ops[at:c]); err != nil {
+				return err
+			}
 		}
-		if err := hip.BatchMemOps(e.rt, s, ops[:i]); err != nil {
-			return err
-		}
-		if i < len(ops) {
-			i++ // skip the boundary
-		}
-		ops = ops[i:]
+		at = c
 	}
 	return nil
 }
@@ -391,10 +387,20 @@ func (g *signals) startRelease(e *Engine) {
 			log.Warnf("ce abort: rank %d: set device: %v", e.rank, err)
 			return
 		}
-		s, err := e.rt.StreamCreate()
-		if err != nil {
-			log.Warnf("ce abort: rank %d: stream create: %v; releasing on the NULL stream", e.rank, err)
-			s = hip.StreamNull
+		// Its own stream, never the legacy NULL stream, which waits behind
+		// every blocking stream of the process (a parked one too); a
+		// failed creation is tried again at the next tick.
+		var s hip.Stream
+		for s == 0 {
+			var err error
+			if s, err = e.rt.StreamCreate(); err != nil {
+				log.Warnf("ce abort: rank %d: stream create: %v; trying again", e.rank, err)
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
 		}
 		g.abortStream = s
 		ops := make([]hip.MemOp, 0, 3*g.n)

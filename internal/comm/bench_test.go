@@ -27,7 +27,7 @@ func BenchmarkGroupAllGather4(b *testing.B) {
 	cfg.Devices = 1
 	rt, err := host.New(cfg)
 	require.NoError(b, err)
-	b.Cleanup(rt.Close)
+	b.Cleanup(func() { reclaiming.Wait(); rt.Close() })
 	const n, chunk = 4, 64
 	comms, err := InitAll(rt, n, []int{0, 0, 0, 0}, DefaultConfig())
 	require.NoError(b, err)

@@ -45,7 +45,7 @@ type world struct {
 	pending []sharedAlloc
 
 	// The last ungrouped call on each stream (coll.go, claimStream).
-	streams map[streamKey]streamUse
+	streams map[streamKey][]uint64
 }
 
 type round struct {
@@ -57,7 +57,7 @@ type round struct {
 
 func newWorld(key uint64, n int) *world {
 	return &world{key: key, n: n, timeout: bootTimeout(), comms: make([]*Comm, n),
-		rounds: make(map[uint64]*round), abortCh: make(chan struct{}), streams: make(map[streamKey]streamUse)}
+		rounds: make(map[uint64]*round), abortCh: make(chan struct{}), streams: make(map[streamKey][]uint64)}
 }
 
 // peer returns rank's comm (nil before it joined and after its destroy).

@@ -222,6 +222,13 @@ func (v sig) String() string {
 	return fmt.Sprintf("%s%s count %d %s%s, %s", ce.Func(v.fn), ip, v.count, ce.TypeName(v.dt), root, w)
 }
 
+// sameCall reports whether v and o are the same call (function, count,
+// datatype, root, capture), so that a mismatch is one of buffers.
+func (v sig) sameCall(o sig) bool {
+	return v.fn == o.fn && v.count == o.count && v.dt == o.dt && v.flags&flagCaptured == o.flags&flagCaptured &&
+		(!ce.Func(v.fn).Rooted() || v.root == o.root)
+}
+
 // mismatch compares what must agree: the call, its form, capture, and
 // where the symmetric pointer lies: in the same window at the same offset
 // on both ranks, or in no window on both (one rank would go zero-copy into
@@ -296,7 +303,11 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 				return nil // not posted yet
 			}
 			if mine.mismatch(theirs) {
-				return result.Errorf(result.InvalidUsage, "CECOLL_CHECK: collective #%d differs between ranks: rank %d issued %v; rank %d issued %v", seq, c.rank, mine, r, theirs)
+				why := "differs between ranks"
+				if mine.sameCall(theirs) {
+					why = "breaks NCCL's symmetric-registration contract (every rank passes its buffer at the same offset of one NCCL_WIN_COLL_SYMMETRIC window, in the same form, or none does)"
+				}
+				return result.Errorf(result.InvalidUsage, "CECOLL_CHECK: collective #%d %s: rank %d issued %v; rank %d issued %v", seq, why, c.rank, mine, r, theirs)
 			}
 		}
 		*next++

@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"slices"
+	"sync"
 	"math/bits"
 
 	"cecoll/internal/ce"
@@ -80,11 +82,12 @@ func symmetric(w *Window) ce.Window {
 }
 
 // claimStream refuses an ungrouped call on a stream on which another rank
-// of this communicator in this process has issued the same collective:
-// each would wait for the other behind it, forever. In a group the steps
-// of every rank interleave, so ranks may share a stream there. The NULL
-// stream and its explicit name are one stream; cudaStreamPerThread is one
-// per thread.
+// of this communicator in this process has issued a collective that is not
+// earlier than this one: that call waits for this rank's part of it, which
+// this rank issues after this call, and this call is queued behind it on
+// the stream, forever. In a group the steps of every rank interleave, so
+// ranks may share a stream there. The NULL stream and its explicit name
+// are one stream; cudaStreamPerThread is one per thread.
 func (c *Comm) claimStream(s hip.Stream) error {
 	if c.w == nil || c.w.n == 1 {
 		c.seq.Add(1)
@@ -100,23 +103,35 @@ func (c *Comm) claimStream(s hip.Stream) error {
 	seq := c.seq.Load() + 1 // the call being issued
 	w := c.w
 	w.mu.Lock()
-	u, ok := w.streams[key]
-	if !ok || u.seq != seq || u.rank == c.rank {
-		w.streams[key] = streamUse{seq: seq, rank: c.rank}
+	last := w.streams[key]
+	if last == nil {
+		last = make([]uint64, w.n) // the last collective of each rank here
+		w.streams[key] = last
+	}
+	other := -1
+	for r, q := range last {
+		if r != c.rank && q >= seq {
+			other = r
+			break
+		}
+	}
+	if other < 0 {
+		last[c.rank] = seq
 		c.seq.Store(seq)
 		w.mu.Unlock()
 		return nil
 	}
+	q := last[other]
 	w.mu.Unlock()
 	what := "the same stream"
 	if key.s == hip.StreamNull {
 		what = "the NULL stream"
 	}
 	err := result.Errorf(result.InvalidUsage,
-		"ranks %d and %d of this communicator issued collective #%d on %s outside a group: each would wait for the other behind it; give each rank its own stream, or issue them in one ncclGroupStart/End",
-		u.rank, c.rank, seq, what)
-	// Rank u.rank's part is enqueued and would wait for this one forever:
-	// the communicator fails, which releases it.
+		"rank %d issued collective #%d on %s outside a group, behind rank %d's collective #%d: each would wait for the other; give each rank its own stream, or issue them in one ncclGroupStart/End",
+		c.rank, seq, what, other, q)
+	// The other rank's part is enqueued and would wait for this one
+	// forever: the communicator fails, which releases it.
 	c.fail(err)
 	return err
 }
@@ -126,9 +141,71 @@ type streamKey struct {
 	tid int
 }
 
-type streamUse struct {
-	seq  uint64
-	rank int
+// Graphs. A graph replayed beside eager calls of a communicator, or beside
+// another graph of it, must not overlap them: they share its flags and
+// staging windows (B19). The calls captured on a stream are remembered by
+// the capturing thread and stream; cecollStreamEndCapture takes them, and
+// cecollGraphLaunch puts the replay between OrderBefore and OrderAfter of
+// each. (Collectives captured on another stream forked into the capture
+// are not seen: launch such a graph on a stream ordered with the
+// communicator's other work.)
+var captured = struct {
+	sync.Mutex
+	m map[captureKey][]*Comm
+}{m: make(map[captureKey][]*Comm)}
+
+type captureKey struct {
+	tid int
+	s   hip.Stream
+}
+
+func noteCapture(s hip.Stream, c *Comm) {
+	k := captureKey{osthread.ID(), s}
+	captured.Lock()
+	defer captured.Unlock()
+	if !slices.Contains(captured.m[k], c) {
+		captured.m[k] = append(captured.m[k], c)
+	}
+}
+
+// TakeCaptured returns and forgets the communicators whose collectives the
+// calling thread captured on s (its capture ends).
+func TakeCaptured(s hip.Stream) []*Comm {
+	k := captureKey{osthread.ID(), s}
+	captured.Lock()
+	defer captured.Unlock()
+	cs := captured.m[k]
+	delete(captured.m, k)
+	return cs
+}
+
+// OrderBefore makes s wait for every eager collective of c so far, before
+// a graph holding collectives of c is launched on s; OrderAfter makes c's
+// next collective wait for that launch. A failed communicator refuses with
+// its failure; a finalized or destroyed one orders nothing.
+func (c *Comm) OrderBefore(s hip.Stream) error { return c.order(s, true) }
+
+// OrderAfter: see OrderBefore.
+func (c *Comm) OrderAfter(s hip.Stream) error { return c.order(s, false) }
+
+func (c *Comm) order(s hip.Stream, before bool) error {
+	if c.state() != stReady {
+		return nil
+	}
+	if err := c.usable("cecollGraphLaunch"); err != nil {
+		return err
+	}
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	if c.eng == nil {
+		return nil
+	}
+	return c.onDevice(func() error {
+		if before {
+			return c.eng.OrderBefore(s)
+		}
+		return c.eng.OrderAfter(s)
+	})
 }
 
 // prepareLocked hands a to the engine, which plans it without enqueueing
@@ -140,7 +217,14 @@ func (c *Comm) prepareLocked(a *ce.Args) (ce.Prepared, error) {
 	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
 	pr, err := c.eng.Prepare(a)
 	if err != nil {
+		if p := c.asyncErr.Load(); p != nil {
+			// The engine was aborted by that failure: name its cause.
+			return pr, result.Errorf(result.Of(*p), "%s: the communicator failed: %w", a.Func, *p)
+		}
 		return pr, result.Errorf(result.Of(err), "%s: %w", a.Func, err)
+	}
+	if pr.Captured {
+		noteCapture(a.Stream, c)
 	}
 	return pr, nil
 }

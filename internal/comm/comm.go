@@ -425,10 +425,9 @@ func (c *Comm) releaseLocked() {
 	c.wins = kept
 	c.regs = make(map[uintptr][2]uintptr)
 	c.winMu.Unlock()
-	if len(user) == 0 {
-		return
-	}
+	reclaiming.Add(1)
 	go func() {
+		defer reclaiming.Done()
 		if !drained() {
 			return
 		}
@@ -437,6 +436,11 @@ func (c *Comm) releaseLocked() {
 		}
 	}()
 }
+
+// reclaiming counts the communicators whose engines are still freeing
+// themselves in the background (tests wait for it before they close the
+// runtime).
+var reclaiming sync.WaitGroup
 
 // Finalize is ncclCommFinalize: local, idempotent. It releases the CE state
 // (the engine completes or abandons its own work); collectives afterwards

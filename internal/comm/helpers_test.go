@@ -39,7 +39,7 @@ func newRT(t *testing.T, devices int) *host.Runtime {
 	cfg.Devices = devices
 	rt, err := host.New(cfg)
 	require.NoError(t, err)
-	t.Cleanup(rt.Close)
+	t.Cleanup(func() { reclaiming.Wait(); rt.Close() })
 	return rt
 }
 

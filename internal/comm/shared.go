@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"errors"
+
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
@@ -69,7 +71,7 @@ func (c *Comm) ReleaseShared(ps ...hip.DevicePtr) error {
 		if err == nil {
 			err = c.rt.MemFree(a.p)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, hip.ErrDeinitialized) { // not when the process is exiting
 			log.Warnf("rank %d: free of internal window memory %#x (device %d): %v", c.rank, a.p, a.dev, err)
 			if first == nil {
 				first = err

@@ -66,7 +66,7 @@ func TestAbortKeepsInternalWindows(t *testing.T) {
 		cfg.Devices, cfg.Chaos = 2, seed
 		rt, err := host.New(cfg)
 		require.NoError(t, err)
-		t.Cleanup(rt.Close)
+		t.Cleanup(func() { reclaiming.Wait(); rt.Close() })
 		for _, destroyIdle := range []bool{false, true} {
 			for _, order := range permutations(n) {
 				name := fmt.Sprintf("seed=%d/destroyIdle=%v/order=%v", seed, destroyIdle, order)

@@ -148,6 +148,12 @@ type Caps struct {
 	// 12.5 as NCCL requires, HIP >= 7.0 (hipStreamBatchMemOp), the host
 	// device always.
 	StreamMemOps bool
+	// PageableBlocks: a copy from or to pageable host memory (memory the
+	// driver does not know) blocks the calling thread until it is done
+	// (CUDA, HIP), so the engine refuses such buffers: inside a collective
+	// that waits for peers it would deadlock a group. Not on the host
+	// device, where any mapped memory is device memory.
+	PageableBlocks bool
 	// StreamQueues: once this many streams of the process wait on one
 	// device at once, no other work of the process runs there (CUDA: the
 	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS; measured by

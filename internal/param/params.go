@@ -25,13 +25,13 @@ var (
 	IntraBatchSyncThreshold = newBytes[uint64]("CECOLL_INTRA_BATCH_SYNC_THRESHOLD", Tuning, 512<<20, 1, 1<<40,
 		"bytes (chunk x ranks) from which AllGather and AlltoAll split their copies into sub-batches with a sync between them")
 	FlagWrite = newChoice("CECOLL_FLAG_WRITE", Tuning, "auto", []string{"auto", "value", "copy"},
-		"how flags reach peers: value (stream write-value), copy (4-byte copies from a device word), auto (value where the driver allows it and no other rank of the process shares the device)")
+		"how flags reach peers: value (stream write-value), copy (4-byte copies from a device word), auto (value where the driver allows it, else copy)")
 	Sync = newChoice("CECOLL_SYNC", Tuning, "auto", []string{"auto", "allpairs", "star"},
 		"flag-sync algorithm: allpairs (every rank writes every peer), star (rank 0 gathers and releases), auto (star from 4 ranks up unless the device has multicast)")
 	HubBytes = newBytes[int64]("CECOLL_HUB_BYTES", Tuning, 4<<20, 0, 1<<40,
-		"largest grouped AllGather (chunk x ranks) with every rank on one device that runs as one hub round at rank 0; 0 turns hub rounds off")
+		"largest grouped AllGather (chunk x ranks) with every rank on one device that runs as a hub plan, rank 0 making every copy; 0 turns hub plans off")
 	Events = newBool("CECOLL_EVENTS", Tuning, true,
-		"1: a grouped one-round call with every rank on one device in this process syncs its streams with events; 0: flag signals always")
+		"1: a grouped eager call holding every rank, all on one device in this process, syncs by events; 0: flag signals always")
 	Timeout = newSeconds("CECOLL_TIMEOUT", User, 600*time.Second,
 		"seconds a multi-process collective may stay pending without progress before ncclRemoteError; also finalize's wait for the last collective")
 	AbortTimeout = newSeconds("CECOLL_ABORT_TIMEOUT", User, 5*time.Second,

@@ -99,6 +99,7 @@ func TestCapsAndCopyKindByVersion(t *testing.T) {
 				Multicast:      false,
 				SplitWaitReset: true,
 				StreamMemOps:   tc.version >= 70000000,
+				PageableBlocks: true,
 			}, rt.Caps())
 
 			s, err := rt.StreamCreate()

@@ -106,6 +106,7 @@ func OpenLibrary(path string) (*Runtime, error) {
 		Multicast:      false,
 		SplitWaitReset: true,
 		StreamMemOps:   rt.version >= 70000000,
+		PageableBlocks: true,
 	}
 
 	rt.vmm = make([]bool, rt.ndev)

@@ -98,6 +98,7 @@ func openPath(path string) (*Runtime, error) {
 		Multicast:      false,
 		SplitWaitReset: false,
 		StreamMemOps:   r.version >= 12050,
+		PageableBlocks: true,
 		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
 	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
