@@ -23,7 +23,7 @@ RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python test-matrix install clean
+.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -79,6 +79,11 @@ test-go:
 # The race detector on the runtime, the engine and the communicators (reduced sets).
 test-race:
 	$(GO) test -count=1 -race -short ./internal/...
+
+# Each B test must fail when its fix is undone: internal/ce/mutants/*.patch,
+# each applied in a scratch copy (a few minutes; not part of make test).
+test-mutants:
+	bash internal/ce/mutants/run.sh
 
 # The host device's adversarial scheduler: a fixed list of seeds. A failure under
 # any seed is a bug, not a flake.

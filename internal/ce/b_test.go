@@ -1,8 +1,10 @@
 package ce
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,23 +291,19 @@ func TestB8_EvenSyncsUnderCapture(t *testing.T) {
 	w := newWorld(t, 4, worldOpts{chaos: 8})
 	w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
 		p := r.prepare(c)
-		g, err := r.captureGraph(&p.args, &p.args)
+		g, err := r.captureGraph(&p.args) // three syncs in the plan
 		if err != nil {
 			return err
 		}
-		for rep := range 4 {
-			p.refill()
-			r.w.bar.wait()
+		// Replays back to back: a rank may run into the next replay while
+		// a peer still finishes this one.
+		for range 8 {
 			if err := r.rt.GraphLaunch(g, r.s); err != nil {
 				return err
 			}
-			r.syncStream()
-			if err := r.verify(c, p); err != nil {
-				return fmt.Errorf("replay %d: %w", rep, err)
-			}
-			r.w.bar.wait()
 		}
-		return nil
+		r.syncStream()
+		return r.verify(c, p)
 	})
 }
 
@@ -482,6 +480,35 @@ func TestB15_InitOutsideCapture(t *testing.T) {
 	})
 }
 
+// heldUntilPeers runs c on every rank with rank 1 issuing its call 50 ms
+// late, and fails when another rank's stream finished before that: a sync
+// that passes without its peers (then data may still look right, by
+// timing). late is the world's "rank 1 issued" mark.
+func heldUntilPeers(r *rankEnv, c collCase, late *atomic.Bool) error {
+	p := r.prepare(c)
+	late.Store(false)
+	r.w.bar.wait()
+	if r.rank == 1 {
+		time.Sleep(50 * time.Millisecond)
+		late.Store(true)
+	}
+	if err := r.e.Launch(&p.args); err != nil {
+		return err
+	}
+	if r.rank != 1 {
+		time.Sleep(20 * time.Millisecond)
+		if done := r.rt.StreamQuery(r.s) == nil; done && !late.Load() {
+			return fmt.Errorf("%v: rank %d's collective completed before rank 1 issued its part", c, r.rank)
+		}
+	}
+	r.syncStream()
+	if err := r.verify(c, p); err != nil {
+		return err
+	}
+	r.w.bar.wait()
+	return nil
+}
+
 // TestB17_SyncArraysZeroed: whatever the memory held before, the flag
 // words are zeroed before any use (garbage there would pass a wait).
 func TestB17_SyncArraysZeroed(t *testing.T) {
@@ -494,7 +521,16 @@ func TestB17_SyncArraysZeroed(t *testing.T) {
 			panic(err)
 		}
 	}
-	runCases(t, 3, worldOpts{memAlloc: garbage, chaos: 17}, testCfg(), allCases(3, []uintptr{700}, []bufMode{bufPlain, bufWindow}))
+	w := newWorld(t, 3, worldOpts{memAlloc: garbage})
+	var late atomic.Bool
+	w.run(testCfg(), 60*time.Second, false, func(r *rankEnv) error {
+		for _, c := range allCases(3, []uintptr{700}, []bufMode{bufPlain, bufWindow}) {
+			if err := heldUntilPeers(r, c, &late); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // TestB18_SequenceWraps: the eager sequence runs through 2^31 and 2^32
@@ -504,7 +540,8 @@ func TestB17_SyncArraysZeroed(t *testing.T) {
 func TestB18_SequenceWraps(t *testing.T) {
 	for _, start := range []uint32{1<<31 - 7, ^uint32(0) - 7} {
 		cases := allCases(3, []uintptr{100}, []bufMode{bufWindow, bufPlain})
-		w := newWorld(t, 3, worldOpts{chaos: 18})
+		w := newWorld(t, 3, worldOpts{})
+		var late atomic.Bool
 		w.run(testCfg(), 60*time.Second, false, func(r *rankEnv) error {
 			// The words hold the start value, as if that many syncs ran.
 			r.e.sig.seq.Store(start)
@@ -515,72 +552,83 @@ func TestB18_SequenceWraps(t *testing.T) {
 			r.put(r.e.sig.base, b)
 			r.w.bar.wait()
 			for _, c := range cases {
-				p := r.prepare(c)
-				if err := r.e.Launch(&p.args); err != nil {
-					return err
-				}
-				r.syncStream()
-				if err := r.verify(c, p); err != nil {
+				if err := heldUntilPeers(r, c, &late); err != nil {
 					return fmt.Errorf("from %#x: %w", start, err)
 				}
-				r.w.bar.wait()
 			}
 			return nil
 		})
 	}
 }
 
-// TestB19_OrderedAcrossStreams: one communicator's collectives issued on
-// different streams without a sync in between run in issue order (they
-// share the flags and the staging windows), and a graph launched on
-// another stream between OrderBefore and OrderAfter runs between the eager
-// calls around it.
+// TestB19_OrderedAcrossStreams: one communicator's collectives run in the
+// order they were issued, whatever streams they were issued on (they share
+// the flags and the staging windows, and a later one may read what an
+// earlier one wrote): an eager AllGather on a held-back stream, then an
+// eager Gather on a second stream, then, on a third, a graph replay whose
+// AlltoAll sends the AllGather's result.
 func TestB19_OrderedAcrossStreams(t *testing.T) {
-	c1 := collCase{fn: FuncAlltoAll, count: 900, dtype: 0, mode: bufPlain}
-	c2 := collCase{fn: FuncAllGather, count: 900, dtype: 0, mode: bufPlain}
+	const chunk = 600
 	w := newWorld(t, 3, worldOpts{chaos: 19})
 	w.run(testCfg(), 60*time.Second, false, func(r *rankEnv) error {
+		n, me := r.w.n, r.rank
 		s2, err := r.rt.StreamCreate()
 		if err != nil {
 			return err
 		}
 		defer r.rt.StreamDestroy(s2)
-		p1, p2, p3 := r.prepare(c1), r.prepare(c2), r.prepare(c1)
-		p2.args.Stream = s2
-		g, err := r.captureGraph(&p3.args)
+		s3, err := r.rt.StreamCreate()
 		if err != nil {
 			return err
 		}
-		p3.refill()
+		defer r.rt.StreamDestroy(s3)
+		send, mid, out := r.alloc(chunk), r.alloc(uintptr(n)*chunk), r.alloc(uintptr(n)*chunk)
+		r.put(send, pattern(me, chunk))
+		r.put(mid, bytes.Repeat([]byte{0xA5}, n*chunk))
+		r.put(out, bytes.Repeat([]byte{0xA5}, n*chunk))
+		ag := Args{Func: FuncAllGather, Datatype: 0, Count: chunk, EltSize: 1, Send: send, Recv: mid, Stream: r.s}
+		a2a := Args{Func: FuncAlltoAll, Datatype: 0, Count: chunk, EltSize: 1, Send: mid, Recv: out, Stream: s3}
+		other := collCase{fn: FuncGather, count: 300, dtype: 0, root: 2, mode: bufPlain}
+		po := r.prepare(other)
+		po.args.Stream = s2
+		gs := r.s
+		r.s = s3
+		g, err := r.captureGraph(&a2a)
+		r.s = gs
+		if err != nil {
+			return err
+		}
 		r.w.bar.wait()
-		// A rank whose first stream is held back: its second call must
-		// still come after its first.
 		release := r.gate(r.s)
-		if err := r.e.Launch(&p1.args); err != nil {
+		if err := r.e.Launch(&ag); err != nil {
 			return err
 		}
-		if err := r.e.Launch(&p2.args); err != nil {
+		if err := r.e.Launch(&po.args); err != nil {
 			return err
 		}
-		if err := r.e.OrderBefore(s2); err != nil {
+		if err := r.e.OrderBefore(s3); err != nil {
 			return err
 		}
-		if err := r.rt.GraphLaunch(g, s2); err != nil {
+		if err := r.rt.GraphLaunch(g, s3); err != nil {
 			return err
 		}
-		if err := r.e.OrderAfter(s2); err != nil {
+		if err := r.e.OrderAfter(s3); err != nil {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 		release()
-		r.syncStream()
-		if err := r.rt.StreamSynchronize(s2); err != nil {
+		for _, s := range []hip.Stream{r.s, s2, s3} {
+			if err := r.rt.StreamSynchronize(s); err != nil {
+				return err
+			}
+		}
+		if err := r.verify(other, po); err != nil {
 			return err
 		}
-		for i, p := range []prepared{p1, p2, p3} {
-			if err := r.verify([]collCase{c1, c2, c1}[i], p); err != nil {
-				return fmt.Errorf("call %d: %w", i+1, err)
-			}
+		// out's block q is rank q's AllGather result block me: my send.
+		want := bytes.Repeat(pattern(me, chunk), n)
+		if got := r.get(out, uintptr(n)*chunk); !bytes.Equal(got, want) {
+			return fmt.Errorf("rank %d: the replay did not see the AllGather issued before it", me)
 		}
 		return nil
 	})

@@ -11,6 +11,7 @@ import (
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
+	"cecoll/internal/log"
 	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
@@ -21,19 +22,24 @@ import (
 // checkRing slots per rank and shares it through the fd socket before it
 // presents itself to the root; every rank maps it once it has the table.
 // A launch writes its descriptor into its slot for sequence s (s modulo
-// the ring) and publishes s last; a watcher goroutine per rank compares
-// each sequence once every rank has posted it, and a mismatch becomes an
-// asynchronous ncclInvalidUsage naming both sides, with the engine aborted
-// so the streams parked on the mismatched collective are released.
+// the ring: a seqlock, written marks a whole slot); a watcher goroutine per
+// rank compares each sequence once every rank has posted it, and a
+// mismatch becomes an asynchronous ncclInvalidUsage naming both sides,
+// with the engine aborted so the streams parked on the mismatched
+// collective are released. A rank that runs more than the ring ahead of a
+// watcher overwrites slots it has not read: the watcher says so (WARN,
+// how many collectives went unchecked) rather than skipping them quietly.
 
 const (
-	checkRing = 64
+	checkRing = 1024
 	slotBytes = 64
 	// boardTag is the fd socket key of the board: never an allocation base.
 	boardTag hip.DevicePtr = 1
 )
 
-// slot is one posted descriptor; seq is written last (atomically).
+// slot is one posted descriptor: written is 0 while the writer fills it,
+// and set to 1 only after seq, so a reader that sees written 1 and its seq
+// before and after reading the fields read one whole descriptor.
 type slot struct {
 	seq     atomic.Uint64
 	fn      int32
@@ -56,6 +62,7 @@ type checkBoard struct {
 	memfd int // rank 0 only: the board's fd, published on the fd socket
 	n     int
 	next  uint64 // sequences posted by this rank (launch order)
+	lostN uint64 // collectives the watcher could not compare (lost)
 
 	mu     sync.RWMutex // the watcher reads under R; unmap takes W
 	closed bool
@@ -132,8 +139,8 @@ func (c *Comm) checkPost(a *ce.Args) {
 			s.win, s.off = c.windowIndex(cw), uint64(p-cw.base)
 		}
 	}
-	s.written.Store(1)
 	s.seq.Store(bd.next)
+	s.written.Store(1)
 }
 
 // symmetricPointer is the pointer of a that NCCL's contract makes
@@ -285,7 +292,8 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 		seq := *next
 		mine, ok := b.read(c.rank, seq)
 		if !ok {
-			if b.at(c.rank, seq).seq.Load() > seq { // lapped: skip
+			if b.at(c.rank, seq).seq.Load() > seq {
+				b.lost(c.rank, seq)
 				*next++
 				continue
 			}
@@ -298,7 +306,8 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 			theirs, ok := b.read(r, seq)
 			if !ok {
 				if b.at(r, seq).seq.Load() > seq {
-					continue // lapped
+					b.lost(c.rank, seq) // rank r ran a ring ahead
+					continue
 				}
 				return nil // not posted yet
 			}
@@ -311,6 +320,16 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 			}
 		}
 		*next++
+	}
+}
+
+// lost reports (WARN, at most every thousandth time) a collective that a
+// rank's watcher could not compare: a rank ran more than checkRing
+// collectives ahead of it and overwrote the slot.
+func (b *checkBoard) lost(rank int, seq uint64) {
+	b.lostN++
+	if b.lostN%1000 == 1 {
+		log.Warnf("rank %d: CECOLL_CHECK lost track of collective #%d (%d so far): a rank ran more than %d collectives ahead of this rank's check; they were not compared", rank, seq, b.lostN, checkRing)
 	}
 }
 

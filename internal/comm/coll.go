@@ -1,9 +1,9 @@
 package comm
 
 import (
+	"math/bits"
 	"slices"
 	"sync"
-	"math/bits"
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"

@@ -33,9 +33,9 @@ var (
 	Events = newBool("CECOLL_EVENTS", Tuning, true,
 		"1: a grouped eager call holding every rank, all on one device in this process, syncs by events; 0: flag signals always")
 	Timeout = newSeconds("CECOLL_TIMEOUT", User, 600*time.Second,
-		"seconds a multi-process collective may stay pending without progress before ncclRemoteError; also finalize's wait for the last collective")
+		"seconds a collective may stay pending without progress before the communicator fails with ncclRemoteError; also how long a finalized engine waits for its streams before it leaks rather than frees")
 	AbortTimeout = newSeconds("CECOLL_ABORT_TIMEOUT", User, 5*time.Second,
-		"finalize's wait for the last collective after an abort, in seconds")
+		"that wait after an abort, in seconds")
 	CheckPointers = newBool("CECOLL_CHECK_POINTERS", User, false,
 		"1: refuse, at the call, buffers that are neither device nor pinned host memory (as NCCL_CHECK_POINTERS)")
 

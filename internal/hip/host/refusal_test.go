@@ -1,6 +1,7 @@
 package host
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,6 +85,8 @@ func TestBatchCopyRefusals(t *testing.T) {
 	}
 
 	t.Run("under capture", func(t *testing.T) {
+		runtime.LockOSThread() // a capture belongs to its thread
+		defer runtime.UnlockOSThread()
 		c := newStream(t, rt)
 		require.NoError(t, rt.StreamBeginCapture(c, hip.CaptureModeGlobal))
 		require.Equal(t, hip.ErrStreamCaptureUnsupported, rt.MemcpyBatchAsync(d, src, sz, good, zero, c))
