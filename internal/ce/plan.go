@@ -441,39 +441,25 @@ func (e *Engine) fillRooted(j int, o, l uintptr) (syncKind, int) {
 	for s := 1; s < n; s++ {
 		q := (me + s) % n
 		if a.Func == FuncScatter {
-			e.cp.add(e.peerRecvScatter(q, o), a.Send+hip.DevicePtr(uintptr(q)*chunk+o), l)
+			e.cp.add(e.peerBlock(q, o), a.Send+hip.DevicePtr(uintptr(q)*chunk+o), l)
 		} else {
-			e.cp.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.peerSendGather(q, o), l)
+			e.cp.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.peerBlock(q, o), l)
 		}
 	}
 	return syncToRoot, c
 }
 
-// peerRecvScatter is where the Scatter root puts peer q's block: q's recv
-// (group), q's recv in the window (out of place at the root's recv offset,
-// in place at buf + q*chunk), or q's staging.
-func (e *Engine) peerRecvScatter(q int, o uintptr) hip.DevicePtr {
+// peerBlock is where the root's copy meets peer q's block: q's recv for
+// Scatter, q's send for Gather (group), that buffer in the window (out of
+// place at the root's own offset, in place at buf + q*chunk), or q's
+// staging.
+func (e *Engine) peerBlock(q int, o uintptr) hip.DevicePtr {
 	p := &e.cur.plan
 	switch p.path {
 	case pathGroup:
-		return p.a.PeerRecv[q] + hip.DevicePtr(o)
-	case pathWindow:
-		off := p.wOff
-		if p.inPlace {
-			off += uintptr(q) * p.chunk
+		if p.a.Func == FuncScatter {
+			return p.a.PeerRecv[q] + hip.DevicePtr(o)
 		}
-		return p.win.PeerBase(q) + hip.DevicePtr(off+o)
-	}
-	return e.stageWin.PeerBase(q)
-}
-
-// peerSendGather is where the Gather root reads peer q's block: q's send
-// (group), q's send in the window (out of place at the root's send
-// offset, in place at buf + q*chunk), or q's staging.
-func (e *Engine) peerSendGather(q int, o uintptr) hip.DevicePtr {
-	p := &e.cur.plan
-	switch p.path {
-	case pathGroup:
 		return p.a.PeerSend[q] + hip.DevicePtr(o)
 	case pathWindow:
 		off := p.wOff
