@@ -170,10 +170,9 @@ func TestB4_DeviceResidentFlagWord(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := r.rt.GraphLaunch(g, r.s); err != nil {
+				if err := r.replay(g); err != nil {
 					return err
 				}
-				r.syncStream()
 				r.w.bar.wait()
 			}
 			return nil
@@ -262,10 +261,9 @@ func TestB7_MemOpBatchSplit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := r.rt.GraphLaunch(g, r.s); err != nil {
+		if err := r.replay(g); err != nil {
 			return err
 		}
-		r.syncStream()
 		return r.verify(c, p)
 	})
 	long := 0
@@ -354,10 +352,9 @@ func TestB10_GraphWaitsIgnoreEagerValues(t *testing.T) {
 			if r.rank == 1 {
 				time.Sleep(30 * time.Millisecond)
 			}
-			if err := r.rt.GraphLaunch(g, r.s); err != nil {
+			if err := r.replay(g); err != nil {
 				return err
 			}
-			r.syncStream()
 			if err := r.verify(c, p); err != nil {
 				return fmt.Errorf("replay %d: %w", rep, err)
 			}
@@ -472,10 +469,9 @@ func TestB15_InitOutsideCapture(t *testing.T) {
 		if after != before {
 			return fmt.Errorf("%d allocations during the capture", after-before)
 		}
-		if err := r.rt.GraphLaunch(g, r.s); err != nil {
+		if err := r.replay(g); err != nil {
 			return err
 		}
-		r.syncStream()
 		return r.verify(c, p)
 	})
 }

@@ -382,10 +382,9 @@ func backToBack(t *testing.T, sd uint64, capture bool, dev int) {
 					}
 					r.w.bar.wait()
 				}
-				if err := r.rt.GraphLaunch(g, r.s); err != nil {
+				if err := r.replay(g); err != nil {
 					return err
 				}
-				r.syncStream()
 				for i, c := range cs {
 					if err := r.verify(c, ps[i]); err != nil {
 						return fmt.Errorf("replay %d, call %d: %w", rep, i, err)
@@ -428,10 +427,9 @@ func TestCaptureReplay(t *testing.T) {
 						for rep := range 2 {
 							p.refill()
 							r.w.bar.wait()
-							if err := r.rt.GraphLaunch(g, r.s); err != nil {
+							if err := r.replay(g); err != nil {
 								return err
 							}
-							r.syncStream()
 							if err := r.verify(c, p); err != nil {
 								return fmt.Errorf("replay %d: %w", rep, err)
 							}

@@ -303,6 +303,15 @@ func (r *rankEnv) captureGraph(calls ...*Args) (hip.GraphExec, error) {
 	return r.rt.GraphInstantiate(g)
 }
 
+// replay launches the graph g on the rank's stream and waits for it.
+func (r *rankEnv) replay(g hip.GraphExec) error {
+	if err := r.rt.GraphLaunch(g, r.s); err != nil {
+		return err
+	}
+	r.syncStream()
+	return nil
+}
+
 func (r *rankEnv) syncStream() {
 	if err := r.rt.StreamSynchronize(r.s); err != nil {
 		panic(err)

@@ -42,35 +42,30 @@ func isFault(r any) bool {
 	return err.Error() == "runtime error: invalid memory address or nil pointer dereference"
 }
 
+// endGuard, deferred by the try functions below with the guard's previous
+// setting, restores it and turns a fault into *ok = false; any other panic
+// goes on. (It must be the deferred function itself for recover to work.)
+func endGuard(old bool, ok *bool) {
+	debug.SetPanicOnFault(old)
+	if r := recover(); r != nil {
+		if !isFault(r) {
+			panic(r)
+		}
+		*ok = false
+	}
+}
+
 // tryCopy is copyBytes that reports a fault (false) instead of dying. A
 // copy that faults may have moved some of its bytes.
 func (rt *Runtime) tryCopy(dst, src, n uintptr) (ok bool) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	rt.copyBytes(dst, src, n)
 	return true
 }
 
 // tryWrite is writeValue that reports a fault.
 func (rt *Runtime) tryWrite(a uintptr, v uint32) (ok bool) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	rt.writeValue(a, v)
 	return true
 }
@@ -78,16 +73,7 @@ func (rt *Runtime) tryWrite(a uintptr, v uint32) (ok bool) {
 // tryMemset sets n bytes at p (fanned out for a multicast address) and
 // reports a fault.
 func (rt *Runtime) tryMemset(p uintptr, value byte, n uintptr) (ok bool) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	rt.fanOut(p, n, func(dst, n uintptr) {
 		b := bytesAt(dst, n)
 		for i := range b {
@@ -102,16 +88,7 @@ func (rt *Runtime) tryMemset(p uintptr, value byte, n uintptr) (ok bool) {
 
 // loadWord is an atomic load of the 32-bit word at a that reports a fault.
 func loadWord(a uintptr) (v uint32, ok bool) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if !isFault(r) {
-				panic(r)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	return atomic.LoadUint32(word(a)), true
 }
 
