@@ -12,6 +12,7 @@ import (
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
+	"cecoll/internal/memfd"
 	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
@@ -77,7 +78,7 @@ func (b *checkBoard) at(rank int, seq uint64) *slot {
 
 // newBoardFD creates rank 0's board and publishes it for the id's secret.
 func newBoardFD(secret uint64, n int) (int, error) {
-	fd, err := memfdCreate(uintptr(n * checkRing * slotBytes))
+	fd, err := memfd.Create("cecoll-check", boardBytes(n))
 	if err != nil {
 		return -1, result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
 	}
@@ -85,8 +86,16 @@ func newBoardFD(secret uint64, n int) (int, error) {
 	return fd, nil
 }
 
+// boardBytes is the size of the board of n ranks.
+func boardBytes(n int) int64 { return int64(n) * checkRing * slotBytes }
+
+// mapBoard maps the board; fd comes from rank 0's process, so it must be a
+// memfd sealed at no less than the board's size.
 func mapBoard(fd, n int) (*checkBoard, error) {
-	m, err := syscall.Mmap(fd, 0, n*checkRing*slotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err := memfd.Check(fd, boardBytes(n)); err != nil {
+		return nil, result.Errorf(result.RemoteError, "CECOLL_CHECK: rank 0's board: %w", err)
+	}
+	m, err := syscall.Mmap(fd, 0, int(boardBytes(n)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, result.Errorf(result.SystemError, "CECOLL_CHECK: map board: %w", err)
 	}
@@ -350,18 +359,4 @@ func (c *Comm) closeCheck() {
 		unpublishFD(c.node.boot.secret, boardTag)
 		syscall.Close(b.memfd)
 	}
-}
-
-// memfdCreate returns an anonymous memory file of size bytes.
-func memfdCreate(size uintptr) (int, error) {
-	name := [...]byte{'c', 'e', 'c', 'o', 'l', 'l', '-', 'c', 'h', 'e', 'c', 'k', 0}
-	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), 1 /* MFD_CLOEXEC */, 0)
-	if e != 0 {
-		return -1, e
-	}
-	if err := syscall.Ftruncate(int(fd), int64(size)); err != nil {
-		syscall.Close(int(fd))
-		return -1, err
-	}
-	return int(fd), nil
 }
