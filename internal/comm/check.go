@@ -77,12 +77,12 @@ func (b *checkBoard) at(rank int, seq uint64) *slot {
 }
 
 // newBoardFD creates rank 0's board and publishes it for the id's secret.
-func newBoardFD(secret uint64, n int) (int, error) {
+func newBoardFD(sec secret, n int) (int, error) {
 	fd, err := memfd.Create("cecoll-check", boardBytes(n))
 	if err != nil {
 		return -1, result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
 	}
-	publishFD(secret, boardTag, fd)
+	publishFD(sec, boardTag, fd)
 	return fd, nil
 }
 
@@ -110,7 +110,7 @@ func (c *Comm) setupCheck(b *tcpBoot) error {
 	if c.rank == 0 {
 		fd, err = syscall.Dup(b.boardFD)
 	} else {
-		fd, err = fetchFD(b.table[0].sock, b.secret, boardTag)
+		fd, err = fetchFD(b.table[0].sock, b.sec, boardTag, time.Now().Add(b.timeout))
 	}
 	if err != nil {
 		return result.Errorf(result.SystemError, "CECOLL_CHECK: rank %d: getting rank 0's board: %w", c.rank, err)
@@ -356,7 +356,7 @@ func (c *Comm) closeCheck() {
 	b.closed = true
 	syscall.Munmap(b.mem)
 	if b.memfd >= 0 {
-		unpublishFD(c.node.boot.secret, boardTag)
+		unpublishFD(c.node.boot.sec.key, boardTag)
 		syscall.Close(b.memfd)
 	}
 }
