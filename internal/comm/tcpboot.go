@@ -212,9 +212,10 @@ func (b *tcpBoot) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Re
 	return conn, br, typ, p, nil
 }
 
-// tableLimit bounds the table of an n-rank communicator.
+// tableLimit bounds the root's first answer to a rank of an n-rank
+// communicator: its table, or a failure.
 func tableLimit(n int) int {
-	return int(min(4+int64(n)*(12+maxHost+maxSock), rootBudget))
+	return int(max(min(4+int64(n)*(12+maxHost+maxSock), rootBudget), maxText+16))
 }
 
 // checkHere records which ranks run in this process. That comes from the

@@ -3,6 +3,7 @@ package comm
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -314,8 +315,11 @@ func (w *rootWorld) forget() {
 // protocol drops rr, which fails the world.
 func (w *rootWorld) serve(rr *rootRank, br *bufio.Reader) {
 	for {
-		typ, p, err := readFrame(br, maxRankFrame, root.budget.take)
+		typ, p, err := readFrame(br, maxRankFrame, &root.budget)
 		if err != nil {
+			if errors.Is(err, errTooLarge) || errors.Is(err, errBudget) {
+				log.Warnf("bootstrap root: dropped %v: %v", rr, err)
+			}
 			w.lost(rr, err)
 			return
 		}
@@ -341,7 +345,9 @@ func (w *rootWorld) serve(rr *rootRank, br *bufio.Reader) {
 			return
 		default:
 			root.budget.give(len(p))
-			w.lost(rr, fmt.Errorf("unexpected frame type %d", typ))
+			err := fmt.Errorf("unexpected frame type %d", typ)
+			log.Warnf("bootstrap root: dropped %v: %v", rr, err)
+			w.lost(rr, err)
 			return
 		}
 	}

@@ -67,29 +67,35 @@ func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	return err
 }
 
-// readFrame reads one frame of at most limit payload bytes; take, when not
-// nil, is asked for the payload's bytes before they are allocated (false:
-// refused, errBudget).
-func readFrame(r *bufio.Reader, limit int, take func(n int) bool) (byte, []byte, error) {
+// readFrame reads one frame of at most limit payload bytes. With a budget,
+// the payload's bytes are taken from it before they are allocated
+// (errBudget when it has not enough) and the caller owns them on success.
+func readFrame(r *bufio.Reader, limit int, b *budget) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
 	if int64(n) > int64(limit) {
-		return 0, nil, fmt.Errorf("frame of %d bytes exceeds the limit of %d", n, limit)
+		return 0, nil, fmt.Errorf("%w: %d bytes, at most %d", errTooLarge, n, limit)
 	}
-	if take != nil && !take(int(n)) {
+	if b != nil && !b.take(int(n)) {
 		return 0, nil, errBudget
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(r, p); err != nil {
+		if b != nil {
+			b.give(int(n))
+		}
 		return 0, nil, err
 	}
 	return h[4], p, nil
 }
 
-var errBudget = fmt.Errorf("the root holds %d MiB for its peers already", rootBudget>>20)
+var (
+	errTooLarge = errors.New("frame too large")
+	errBudget   = fmt.Errorf("the root holds %d MiB for its peers already", rootBudget>>20)
+)
 
 // enc builds a payload.
 type enc struct{ b []byte }
