@@ -247,6 +247,11 @@ func parseRights(oob []byte) ([]int, error) {
 	}
 	var fds []int
 	for i := range msgs {
+		if len(msgs[i].Data)%4 != 0 {
+			// syscall.ParseUnixRights indexes past its result then
+			// (found by FuzzRights): the kernel never sends it.
+			return fds, fmt.Errorf("SCM_RIGHTS of %d bytes", len(msgs[i].Data))
+		}
 		got, err := syscall.ParseUnixRights(&msgs[i])
 		fds = append(fds, got...)
 		if err != nil {

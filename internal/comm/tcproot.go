@@ -57,7 +57,6 @@ func startRoot() (net.Listener, error) {
 			return
 		}
 		root.ln = ln
-		root.forming = make(map[uint64]*rootWorld)
 		root.gate = newGate("bootstrap root")
 		log.Infof("bootstrap root listening on %v", ln.Addr())
 		go root.gate.serve(ln, serveConn)
@@ -240,7 +239,7 @@ func (r *rootRank) send(typ byte, p []byte) error {
 // the frame: its reader then reports it lost, which fails the world.
 func (r *rootRank) sendOrDrop(typ byte, p []byte) {
 	if err := r.send(typ, p); err != nil {
-		log.Warnf("bootstrap root: %v does not read its frames (%v): dropped", r, err)
+		log.Warnf("bootstrap root: %v does not take its frames (%v): dropped", r, err)
 		r.conn.Close()
 	}
 }
@@ -294,6 +293,9 @@ func formingWorld(key uint64, n int) *rootWorld {
 	defer root.mu.Unlock()
 	if w := root.forming[key]; w != nil {
 		return w
+	}
+	if root.forming == nil {
+		root.forming = make(map[uint64]*rootWorld)
 	}
 	w := &rootWorld{key: key, n: n, ranks: make(map[int]*rootRank)}
 	timeout := bootTimeout()
@@ -443,8 +445,10 @@ func (w *rootWorld) gather(rr *rootRank, seq uint64, data []byte, held int) erro
 		return nil
 	case !w.complete:
 		return fmt.Errorf("an allgather before every rank arrived")
-	case seq != w.done+1 || rr.last >= seq:
-		return fmt.Errorf("allgather #%d while the communicator is at #%d (its last was #%d)", seq, w.done+1, rr.last)
+	case rr.last >= seq:
+		return fmt.Errorf("allgather #%d again", seq)
+	case seq != w.done+1:
+		return fmt.Errorf("allgather #%d while the communicator is at #%d", seq, w.done+1)
 	}
 	rd := &w.round
 	if rd.data == nil {
