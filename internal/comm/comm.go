@@ -539,14 +539,25 @@ func (c *Comm) fail(err error) {
 	}
 }
 
+// failedAsync is the asynchronous failure of a live communicator (ready,
+// or still forming in a group) as what's error, or nil: every collective,
+// registration and ncclCeInit after it returns that error, also one made
+// inside a group and one whose arguments are wrong.
+func (c *Comm) failedAsync(what string) error {
+	if st := c.state(); st != stReady && st != stInit {
+		return nil
+	}
+	if p := c.asyncErr.Load(); p != nil {
+		return result.Errorf(result.Of(*p), "%s: the communicator failed: %w", what, *p)
+	}
+	return nil
+}
+
 // usable returns nil when collectives may be issued on c.
 func (c *Comm) usable(what string) error {
 	switch c.state() {
 	case stReady:
-		if p := c.asyncErr.Load(); p != nil {
-			return result.Errorf(result.Of(*p), "%s: the communicator failed: %w", what, *p)
-		}
-		return nil
+		return c.failedAsync(what)
 	case stInit:
 		return result.Errorf(result.InvalidUsage, "%s: communicator is still being created (its ncclGroupEnd has not run)", what)
 	case stFailed:
@@ -566,6 +577,9 @@ func (c *Comm) usable(what string) error {
 func (c *Comm) CeInit() error {
 	if st := c.state(); st != stReady && st != stInit {
 		return c.usable("ncclCeInit")
+	}
+	if err := c.failedAsync("ncclCeInit"); err != nil {
+		return err
 	}
 	if g := currentGroup(); g != nil {
 		g.addCeInit(c)

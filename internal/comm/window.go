@@ -80,6 +80,9 @@ func (c *Comm) WindowRegister(p hip.DevicePtr, size uintptr, flags int) (*Window
 	if st := c.state(); st != stReady && st != stInit {
 		return nil, c.usable("ncclCommWindowRegister")
 	}
+	if err := c.failedAsync("ncclCommWindowRegister"); err != nil {
+		return nil, err
+	}
 	w := &Window{c: c, base: p, size: size, flags: flags}
 	if g := currentGroup(); g != nil {
 		g.addReg(w)
