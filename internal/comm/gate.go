@@ -98,7 +98,7 @@ func (g *gate) admit(conn net.Conn) *gateConn {
 	g.pending[gc] = struct{}{}
 	g.mu.Unlock()
 	if evicted != nil {
-		g.refused.note(g.name, "more than %d connections have not proven the secret: dropped the oldest, from %v", g.limit, evicted.RemoteAddr())
+		g.refused.note(g.name, "more than %d connections have not proven the secret: dropped the oldest, from %s", g.limit, from(evicted))
 		evicted.Conn.Close()
 	}
 	return gc
@@ -161,9 +161,18 @@ func (gc *gateConn) refuse(why string, args ...any) {
 	}
 	g.mu.Unlock()
 	if !evicted {
-		g.refused.note(g.name, "dropped a connection from %v: %s", gc.RemoteAddr(), fmt.Sprintf(why, args...))
+		g.refused.note(g.name, "dropped a connection from %s: %s", from(gc), fmt.Sprintf(why, args...))
 	}
 	gc.Conn.Close()
+}
+
+// from names a connection's peer: its address, or for a Unix socket
+// (which has none) "a local process".
+func from(gc *gateConn) string {
+	if a := gc.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
+		return a.String()
+	}
+	return "a local process"
 }
 
 // pendingCount is for tests.

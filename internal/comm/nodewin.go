@@ -102,7 +102,7 @@ func reachOf(w *Window, sizes []uintptr) (uintptr, error) {
 	reach := w.size
 	for r, s := range sizes {
 		if w.internal && s != w.size {
-			return 0, result.Errorf(result.InvalidUsage, "window register: rank %d's internal window is %d bytes, this rank's %d: every rank must run with the same CECOLL_STAGING_BYTES", r, s, w.size)
+			return 0, result.Errorf(result.InvalidUsage, "window register: rank %d's internal window is %d bytes, this rank's %d: every rank must run with the same configuration (CECOLL_STAGING_BYTES)", r, s, w.size)
 		}
 		reach = min(reach, s)
 	}
@@ -168,14 +168,18 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 		return fail(result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused))
 	}
 	sizes := make([]uintptr, len(msgs))
+	var impErr error
 	for r, m := range msgs {
 		sizes[r] = m.size
+		if err := m.fits(); err != nil && !b.sameProcess(r) && impErr == nil {
+			impErr = result.Errorf(result.RemoteError, "window register: rank %d (pid %d): %v", r, b.table[r].pid, err)
+		}
 	}
-	reach, reachErr := reachOf(w, sizes)
+	reach, err := reachOf(w, sizes)
+	impErr = firstNonNil(impErr, err)
 
 	peers := make([]hip.DevicePtr, len(msgs))
 	var imports []importedMem
-	impErr := reachErr
 	deadline := time.Now().Add(b.timeout)
 	for r, m := range msgs {
 		if impErr != nil {
@@ -184,10 +188,6 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 		if b.sameProcess(r) {
 			peers[r] = m.base
 			continue
-		}
-		if err := m.fits(); err != nil {
-			impErr = result.Errorf(result.RemoteError, "window register: rank %d (pid %d): %v", r, b.table[r].pid, err)
-			break
 		}
 		fd, err := fetchFD(b.table[r].sock, b.sec, m.allocBase, deadline)
 		if err != nil {

@@ -527,7 +527,7 @@ func (w *rootWorld) lost(rr *rootRank, cause error) {
 	if gone {
 		return
 	}
-	w.abort(rr, result.Errorf(result.RemoteError, "%v closed its bootstrap connection without destroying the communicator (process exited or was killed), or was dropped: %v", rr, cause))
+	w.abort(rr, result.Errorf(result.RemoteError, "%v closed its bootstrap connection without destroying the communicator (process exited or was killed) or was dropped by the root: %v", rr, cause))
 	w.leave()
 }
 
