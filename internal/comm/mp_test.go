@@ -426,6 +426,13 @@ func TestMPChild(t *testing.T) {
 	if role == "" {
 		t.Skip("runs only as a child of the multi-process tests")
 	}
+	if role == "floodroot" {
+		watchdog(t, 80*time.Second)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		floodRoot(t, newRT(t, 2))
+		return
+	}
 	watchdog(t, 15*time.Second)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
