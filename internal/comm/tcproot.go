@@ -360,6 +360,15 @@ func (w *rootWorld) serve(rr *rootRank, br *bufio.Reader) {
 func (w *rootWorld) join(rr *rootRank, n int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.complete {
+		// It came as the last rank arrived: a rank twice. The
+		// communicator formed without it and goes on.
+		err := result.Errorf(result.InvalidUsage, "bootstrap: rank %d claimed twice with one unique id, by pid %d on %s after the communicator formed", rr.rank, rr.pid, rr.host)
+		log.Warnf("%v", err)
+		rr.send(frFail, failPayload(err))
+		rr.conn.Close()
+		return false
+	}
 	if w.failed == nil {
 		switch {
 		case n != w.n:
@@ -468,6 +477,7 @@ func (w *rootWorld) gather(rr *rootRank, seq uint64, data []byte, held int) erro
 	}
 	if !root.budget.take(size) {
 		err := result.Errorf(result.SystemError, "bootstrap root: an allgather of %d ranks would hold more than %d MiB", w.n, rootBudget>>20)
+		log.Warnf("%v", err)
 		w.failed = err
 		w.broadcastLocked(nil, frAbort, failPayload(err))
 		w.releaseRoundLocked()
