@@ -90,14 +90,28 @@ test-mutants:
 # (internal/comm fuzz_test.go, internal/param hostile_test.go), each for
 # FUZZTIME, one after the other: go test -fuzz takes one target of one
 # package. Plain go test (make test) runs their seed corpora. A finding
-# is written to the package's testdata/fuzz/ and fails the run.
+# is written to the package's testdata/fuzz/ and fails the run. Go 1.26's
+# coordinator may fail a target with "context deadline exceeded" as
+# FUZZTIME ends (go.dev/issue/75804, fixed in 1.27): without a new input
+# written that is reported, not failed.
 FUZZTIME ?= 20s
 FUZZ_PKGS := ./internal/comm ./internal/param
 fuzz:
-	@for pkg in $(FUZZ_PKGS); do \
+	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
+	for pkg in $(FUZZ_PKGS); do \
 	  for fn in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$fn ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    before=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
+	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1; rc=$$?; \
+	    grep '^fuzz: elapsed' $$log | tail -1; grep -v '^fuzz: elapsed' $$log; \
+	    after=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
+	    if [ $$rc -ne 0 ]; then \
+	      if [ "$$after" -eq "$$before" ] && grep -q 'context deadline exceeded' $$log; then \
+	        echo "## $$fn: no input written: the fuzztime deadline race of go.dev/issue/75804, not a finding"; \
+	      else \
+	        echo "## $$fn failed (a finding is in $$pkg/testdata/fuzz/$$fn)"; exit 1; \
+	      fi; \
+	    fi; \
 	  done; \
 	done
 

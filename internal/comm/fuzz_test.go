@@ -82,6 +82,7 @@ func FuzzHello(f *testing.F) {
 		if h.validate() == nil {
 			require.True(t, h.n >= 1 && h.n <= MaxRanks && h.rank >= 0 && h.rank < h.n)
 			require.True(t, validSock(h.sock))
+			require.True(t, printable(h.host))
 		}
 	})
 }
@@ -106,6 +107,7 @@ func FuzzTable(f *testing.F) {
 		rr := make([]*rootRank, n)
 		for i, e := range table {
 			require.True(t, validSock(e.sock))
+			require.True(t, printable(e.host))
 			rr[i] = &rootRank{pid: e.pid, host: e.host, sock: e.sock}
 		}
 		require.Equal(t, p, encodeTable(rr))
@@ -158,10 +160,12 @@ func FuzzFail(f *testing.F) {
 	e.str("a code that is no ncclResult_t")
 	f.Add(e.b)
 	f.Add([]byte{6, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+	f.Add(failPayload(result.Errorf(result.RemoteError, "forged\nvm:1:1 cecoll WARN all is well")))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		code, msg := parseFail(p)
 		require.True(t, code >= result.UnhandledCudaError && code <= result.RemoteError, "code %d", code)
 		require.LessOrEqual(t, len(msg), 3*maxText)
+		require.Equal(t, msg, clean(msg), "no control characters reach a log line")
 	})
 }
 

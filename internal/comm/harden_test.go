@@ -183,23 +183,35 @@ func TestHostileRankAtRoot(t *testing.T) {
 		code, _ := parseFail(p)
 		require.Equal(t, result.InvalidArgument, code)
 	})
-	t.Run("foreign-socket", func(t *testing.T) {
-		id, err := NewID()
-		require.NoError(t, err)
-		addr, _, _ := getSockaddr(id[16:])
-		conn, err := net.Dial("tcp", addr.String())
-		require.NoError(t, err)
-		defer conn.Close()
-		h := realHello(t, 0, 1)
-		h.sec, h.sock = id.secret(), "/run/user/0/bus"
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		require.NoError(t, writeFrame(conn, frHello, h.encode()))
-		typ, p, err := readFrame(bufio.NewReader(conn), tableLimit(1), nil)
-		require.NoError(t, err)
-		require.Equal(t, frFail, typ)
-		_, msg := parseFail(p)
-		require.Contains(t, msg, "not one of cecoll's")
-	})
+	for _, tc := range []struct{ name, host, sock, want string }{
+		{"foreign-socket", "", "/run/user/0/bus", "not one of cecoll's"},
+		{"host-forging-a-log-line", "vm\nvm:1:1 cecoll WARN all is well", "", "names the host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := NewID()
+			require.NoError(t, err)
+			addr, _, _ := getSockaddr(id[16:])
+			conn, err := net.Dial("tcp", addr.String())
+			require.NoError(t, err)
+			defer conn.Close()
+			h := realHello(t, 0, 1)
+			h.sec = id.secret()
+			if tc.host != "" {
+				h.host = tc.host
+			}
+			if tc.sock != "" {
+				h.sock = tc.sock
+			}
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			require.NoError(t, writeFrame(conn, frHello, h.encode()))
+			typ, p, err := readFrame(bufio.NewReader(conn), tableLimit(1), nil)
+			require.NoError(t, err)
+			require.Equal(t, frFail, typ)
+			_, msg := parseFail(p)
+			require.Contains(t, msg, tc.want)
+			require.NotContains(t, msg, "\n")
+		})
+	}
 	for _, tc := range []struct {
 		name   string
 		frames [][]byte
@@ -485,6 +497,11 @@ func TestHostilePeerAtRank(t *testing.T) {
 				return encodeTable([]*rootRank{{pid: v.pid, host: v.host, sock: v.sock}, {pid: 1, host: v.host, sock: "/run/user/0/bus"}})
 			}
 		}, result.RemoteError, "not one of cecoll's"},
+		{"table-host-forging-a-log-line", func(f *fakeRoot) {
+			f.table = func(v hello, fake peerInfo) []byte {
+				return encodeTable([]*rootRank{{pid: v.pid, host: v.host, sock: v.sock}, {pid: 1, host: "vm\nforged", sock: fake.sock}})
+			}
+		}, result.RemoteError, "names the host"},
 		{"table-of-65536", func(f *fakeRoot) {
 			f.table = func(hello, peerInfo) []byte { return []byte{0, 0, 1, 0} }
 		}, result.RemoteError, "a table of 65536 ranks"},

@@ -275,7 +275,7 @@ func serveConn(gc *gateConn) {
 	rr := &rootRank{rank: h.rank, conn: conn, pid: h.pid, host: h.host, sock: h.sock}
 	if err := h.validate(); err != nil {
 		// It holds the secret: tell it why.
-		log.Warnf("bootstrap root: refused %v: %v", rr, err)
+		log.Warnf("bootstrap root: refused a hello of pid %d: %v", h.pid, err)
 		rr.send(frFail, failPayload(err))
 		conn.Close()
 		return

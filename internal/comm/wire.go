@@ -221,12 +221,36 @@ func (h *hello) validate() error {
 		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d is outside 0..%d", h.rank, h.n-1)
 	case !validSock(h.sock):
 		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d names the socket %q, not one of cecoll's", h.rank, h.sock)
+	case !printable(h.host):
+		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d names the host %q", h.rank, h.host)
 	}
 	return nil
 }
 
 func validSock(s string) bool {
-	return strings.HasPrefix(s, sockPrefix) && len(s) <= maxSock && !strings.ContainsRune(s, 0)
+	return strings.HasPrefix(s, sockPrefix) && len(s) <= maxSock && printable(s)
+}
+
+// printable reports whether s is printable ASCII: a peer's names end up in
+// log lines, where a newline would forge one.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// clean makes a peer's text safe for a log line: valid UTF-8, no control
+// characters.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }
 
 // encodeTable is the root's answer once every rank arrived.
@@ -256,6 +280,9 @@ func parseTable(p []byte, n int) ([]peerInfo, error) {
 		table[i] = peerInfo{pid: d.u32(), host: d.strMax(maxHost, "host name"), sock: d.strMax(maxSock, "socket name")}
 		if d.err == nil && !validSock(table[i].sock) {
 			return nil, fmt.Errorf("rank %d names the socket %q, not one of cecoll's", i, table[i].sock)
+		}
+		if d.err == nil && !printable(table[i].host) {
+			return nil, fmt.Errorf("rank %d names the host %q", i, table[i].host)
 		}
 	}
 	if err := d.end(); err != nil {
@@ -335,5 +362,5 @@ func parseFail(p []byte) (result.Code, string) {
 	if code < result.UnhandledCudaError || code > result.RemoteError {
 		code = result.RemoteError
 	}
-	return code, strings.ToValidUTF8(msg, "?")
+	return code, clean(msg)
 }
