@@ -95,6 +95,8 @@ test-mutants:
 # FUZZTIME ends (go.dev/issue/75804, fixed in 1.27): without a new input
 # written that is reported, not failed.
 FUZZTIME ?= 20s
+# Minimising a new input may take 60 s by default, a whole run's time.
+FUZZFLAGS ?= -fuzzminimizetime 2s
 FUZZ_PKGS := ./internal/comm ./internal/param
 fuzz:
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
@@ -102,7 +104,7 @@ fuzz:
 	  for fn in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$fn ($(FUZZTIME))"; \
 	    before=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
-	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1; rc=$$?; \
+	    $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg >$$log 2>&1; rc=$$?; \
 	    grep '^fuzz: elapsed' $$log | tail -1; grep -v '^fuzz: elapsed' $$log; \
 	    after=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
 	    if [ $$rc -ne 0 ]; then \
