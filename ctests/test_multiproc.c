@@ -19,14 +19,16 @@
  *   id_from_rank0   rank 0's process makes the id and passes it up a pipe
  *   stranger        TCP connections to the id's address sending garbage
  *                   while the real ranks initialise
- *   garbage_id      random bytes, zeros, and a real id with a bad magic:
- *                   ncclInvalidArgument from ncclCommInitRank
+ *   garbage_id      random bytes, zeros, and a real id with a bad magic,
+ *                   and a real id with nranks INT_MAX, 65537 or 2^30:
+ *                   ncclInvalidArgument from ncclCommInitRank, at once
  *   missing_rank    nranks 3, 2 processes: both fail, no hang
  *   duplicate_rank  two processes claiming rank 0 (and 1,1 of 3): errors
  *   kill_rank<R>    rank R SIGKILLed while every rank loops on collectives:
  *                   the survivors see ncclRemoteError or a failed call
- *                   within 15 s (CECOLL_TIMEOUT=10), and ncclCommAbort
- *                   returns promptly and releases their streams
+ *                   within 15 s (CECOLL_TIMEOUT=10); every later call
+ *                   returns it and ncclGetLastError(comm) names it; and
+ *                   ncclCommAbort returns promptly and releases their streams
  *   kill_parked     the same, the victim having stopped calling first, so
  *                   the survivors' streams wait on it when it dies
  *   abort_parked    the same, but the victim calls ncclCommAbort and lives
@@ -43,6 +45,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -667,6 +670,21 @@ static int child_garbage(const child_cfg* c, const char* prog) {
     EXPECT(mp_now() - t0 < 5, "ncclCommInitRank(%s) took %.1f s", what[i], mp_now() - t0);
     if (r == ncclSuccess) (void)ncclCommAbort(comm);
   }
+  {
+    /* An absurd nranks with a real id: refused at once, nothing reserved. */
+    const int huge[3] = {INT_MAX, 65537, 1 << 30};
+    for (int i = 0; i < 3; i++) {
+      ncclComm_t comm = NULL;
+      double t0 = mp_now();
+      ncclResult_t r;
+      t_set_case("ncclCommInitRank with nranks %d", huge[i]);
+      r = ncclCommInitRank(&comm, huge[i], c->id, 0);
+      EXPECT(r == ncclInvalidArgument, "ncclCommInitRank(nranks %d) -> %d (%s), want ncclInvalidArgument: %s", huge[i],
+             (int)r, ncclGetErrorString(r), ncclGetLastError(NULL));
+      EXPECT(mp_now() - t0 < 1, "ncclCommInitRank(nranks %d) took %.2f s", huge[i], mp_now() - t0);
+      if (r == ncclSuccess) (void)ncclCommAbort(comm);
+    }
+  }
   return t_report(prog);
 }
 
@@ -804,6 +822,34 @@ static int child_kill(const child_cfg* cfg, const char* prog) {
   if (ae != ncclSuccess && ae != ncclInProgress)
     EXPECT(ae == ncclRemoteError, "ncclCommGetAsyncError gave %d (%s), want ncclRemoteError", (int)ae,
            ncclGetErrorString(ae));
+  {
+    /* Every later call returns the failure, and ncclGetLastError(comm)
+     * says what happened and on which rank. */
+    ncclResult_t now = ncclSuccess;
+    ncclWindow_t win = NULL;
+    cudaStream_t other = NULL;
+    const char* text;
+    char self[48];
+    t_set_case("kill: rank %d of %d: calls after the failure", rank, cfg->n);
+    for (double t = mp_now(); mp_now() < t + 10; usleep(10000)) {
+      CHECK(ncclCommGetAsyncError(s.comm, &now));
+      if (now != ncclSuccess && now != ncclInProgress) break;
+    }
+    EXPECT(now == ncclRemoteError, "ncclCommGetAsyncError gave %d (%s), want ncclRemoteError", (int)now,
+           ncclGetErrorString(now));
+    text = ncclGetLastError(s.comm);
+    snprintf(self, sizeof self, "rank %d of %d", rank, cfg->n);
+    EXPECT(strstr(text, self) != NULL && strstr(text, "failed asynchronously") != NULL,
+           "ncclGetLastError(comm) is \"%s\"", text);
+    CHECK(cecollStreamCreate(&other));
+    r = ncclAllGather(s.send, s.recv, 1, ncclInt8, s.comm, other);
+    EXPECT(r == now, "ncclAllGather after the failure -> %d (%s), want %d", (int)r, ncclGetErrorString(r), (int)now);
+    r = ncclCommWindowRegister(s.comm, s.recv, s.count, &win, NCCL_WIN_COLL_SYMMETRIC);
+    EXPECT(r == now && win == NULL, "ncclCommWindowRegister after the failure -> %d (%s), want %d", (int)r,
+           ncclGetErrorString(r), (int)now);
+    CHECK(cecollStreamDestroy(other));
+    printf("rank %d: after the failure: %s\n", rank, text);
+  }
   t_set_case("kill: rank %d of %d: ncclCommAbort", rank, cfg->n);
   atomic_store(&s.stop, 1);
   t0 = mp_now();

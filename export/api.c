@@ -144,9 +144,16 @@ const char* pncclGetErrorString(ncclResult_t result) {
 }
 const char* ncclGetErrorString(ncclResult_t result) XALIAS(ncclGetErrorString);
 
-/* Process-wide: comm may be NULL (the text is the same either way). */
+/* Process-wide, except for a communicator that failed asynchronously:
+ * then its own text, what failed and on which rank (errors.go), valid
+ * until ncclCommDestroy. comm may be NULL. */
 const char* pncclGetLastError(ncclComm_t comm) {
-  (void)comm;
+  if (comm != NULL) {
+    const char* own;
+    XENV();
+    own = goexp_xlastComm(comm);
+    if (own != NULL) return own;
+  }
   return xlast_buf;
 }
 const char* ncclGetLastError(ncclComm_t comm) XALIAS(ncclGetLastError);

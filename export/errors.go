@@ -5,10 +5,12 @@ import "C"
 
 import (
 	"fmt"
+	"runtime/cgo"
 	"strings"
 	"sync"
 	"unsafe"
 
+	"cecoll/internal/comm"
 	"cecoll/internal/log"
 	"cecoll/internal/result"
 )
@@ -26,6 +28,48 @@ func setLastError(call, text string) string {
 	defer lastMu.Unlock()
 	C.xlast_set((*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b)))
 	return text
+}
+
+// lastCommBytes is the size of a communicator's own last-error text.
+const lastCommBytes = 2048
+
+// goexp_xlastComm is ncclGetLastError's text for a live communicator that
+// failed asynchronously (or whose deferred creation failed): what
+// happened, on which rank, from its async error. It is written once (the
+// first failure stays the communicator's) into C memory freed with the
+// handle. NULL for any other handle, garbage included.
+//
+//export goexp_xlastComm
+func goexp_xlastComm(h C.ncclComm_t) (text *C.char) {
+	defer func() {
+		if recover() != nil {
+			text = nil
+		}
+	}()
+	key := unsafe.Pointer(h)
+	if e := lookup(key); e == nil || e.win || e.tomb || h.magic != C.XCOMM_MAGIC {
+		return nil
+	}
+	c := cgo.Handle(h.handle).Value().(*comm.Comm)
+	aerr := c.AsyncError()
+	if aerr == nil {
+		return nil
+	}
+	handles.Lock()
+	defer handles.Unlock()
+	e := handles.m[uintptr(key)]
+	if e == nil || e.tomb {
+		return nil
+	}
+	if e.last == nil {
+		msg := fmt.Sprintf("rank %d of %d: the communicator failed asynchronously: %v", c.Rank(), c.Size(), aerr)
+		if len(msg) >= lastCommBytes {
+			msg = msg[:lastCommBytes-1]
+		}
+		e.last = (*C.char)(C.calloc(1, lastCommBytes))
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(e.last)), lastCommBytes), msg)
+	}
+	return e.last
 }
 
 // toResult is the one place a Go error becomes an ncclResult_t; it also

@@ -19,6 +19,7 @@ type entry struct {
 	owner uintptr        // a window's communicator handle
 	wp    unsafe.Pointer // a window's C struct
 	tomb  bool
+	last  *C.char // a communicator's own last-error text (errors.go), C memory
 }
 
 // handles is the registry of live C handles, keyed by address: a destroyed
@@ -111,6 +112,9 @@ func releaseComm(h C.ncclComm_t, tomb bool) {
 	cgo.Handle(h.handle).Delete()
 	h.magic = C.XDEAD_MAGIC
 	C.free(unsafe.Pointer(h))
+	if e := handles.m[key]; e != nil && e.last != nil {
+		C.free(unsafe.Pointer(e.last))
+	}
 	if tomb {
 		handles.m[key] = &entry{tomb: true}
 	} else {

@@ -12,6 +12,7 @@ import (
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
+	"cecoll/internal/memfd"
 	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
@@ -76,17 +77,25 @@ func (b *checkBoard) at(rank int, seq uint64) *slot {
 }
 
 // newBoardFD creates rank 0's board and publishes it for the id's secret.
-func newBoardFD(secret uint64, n int) (int, error) {
-	fd, err := memfdCreate(uintptr(n * checkRing * slotBytes))
+func newBoardFD(sec secret, n int) (int, error) {
+	fd, err := memfd.Create("cecoll-check", boardBytes(n))
 	if err != nil {
 		return -1, result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
 	}
-	publishFD(secret, boardTag, fd)
+	publishFD(sec, boardTag, fd)
 	return fd, nil
 }
 
+// boardBytes is the size of the board of n ranks.
+func boardBytes(n int) int64 { return int64(n) * checkRing * slotBytes }
+
+// mapBoard maps the board; fd comes from rank 0's process, so it must be a
+// memfd sealed at no less than the board's size.
 func mapBoard(fd, n int) (*checkBoard, error) {
-	m, err := syscall.Mmap(fd, 0, n*checkRing*slotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err := memfd.Check(fd, boardBytes(n)); err != nil {
+		return nil, result.Errorf(result.RemoteError, "CECOLL_CHECK: rank 0's board: %w", err)
+	}
+	m, err := syscall.Mmap(fd, 0, int(boardBytes(n)), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, result.Errorf(result.SystemError, "CECOLL_CHECK: map board: %w", err)
 	}
@@ -101,7 +110,7 @@ func (c *Comm) setupCheck(b *tcpBoot) error {
 	if c.rank == 0 {
 		fd, err = syscall.Dup(b.boardFD)
 	} else {
-		fd, err = fetchFD(b.table[0].sock, b.secret, boardTag)
+		fd, err = fetchFD(b.table[0].sock, b.sec, boardTag, time.Now().Add(b.timeout))
 	}
 	if err != nil {
 		return result.Errorf(result.SystemError, "CECOLL_CHECK: rank %d: getting rank 0's board: %w", c.rank, err)
@@ -347,21 +356,7 @@ func (c *Comm) closeCheck() {
 	b.closed = true
 	syscall.Munmap(b.mem)
 	if b.memfd >= 0 {
-		unpublishFD(c.node.boot.secret, boardTag)
+		unpublishFD(c.node.boot.sec.key, boardTag)
 		syscall.Close(b.memfd)
 	}
-}
-
-// memfdCreate returns an anonymous memory file of size bytes.
-func memfdCreate(size uintptr) (int, error) {
-	name := [...]byte{'c', 'e', 'c', 'o', 'l', 'l', '-', 'c', 'h', 'e', 'c', 'k', 0}
-	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), 1 /* MFD_CLOEXEC */, 0)
-	if e != 0 {
-		return -1, e
-	}
-	if err := syscall.Ftruncate(int(fd), int64(size)); err != nil {
-		syscall.Close(int(fd))
-		return -1, err
-	}
-	return int(fd), nil
 }

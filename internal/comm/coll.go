@@ -26,6 +26,9 @@ func (c *Comm) Collective(fn ce.Func, send, recv hip.DevicePtr, count uintptr, d
 // on a.Stream, or defers it to the thread's ncclGroupEnd. sendWin/recvWin
 // (may be nil) are windows of c holding the buffers. a is only read.
 func (c *Comm) Launch(a *ce.Args, sendWin, recvWin *Window) error {
+	if err := c.failedAsync(a.Func.String()); err != nil {
+		return err
+	}
 	if err := c.check(a, sendWin, recvWin); err != nil {
 		return err
 	}

@@ -141,8 +141,8 @@ func (c *Comm) Barrier() error { return c.boot.Barrier() }
 // joined (collective); inside one it returns at once and the communicator
 // is set up at ncclGroupEnd.
 func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
-	if n < 1 {
-		return nil, result.Errorf(result.InvalidArgument, "nranks %d < 1", n)
+	if n < 1 || n > MaxRanks {
+		return nil, result.Errorf(result.InvalidArgument, "nranks %d is outside 1..%d", n, MaxRanks)
 	}
 	if rank < 0 || rank >= n {
 		return nil, result.Errorf(result.InvalidArgument, "rank %d out of range [0, %d)", rank, n)
@@ -177,8 +177,8 @@ func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
 // InitAll creates all n ranks of a communicator in this process, rank i on
 // devs[i] (nil: devices 0..n-1). A device may appear several times.
 func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
-	if n < 1 {
-		return nil, result.Errorf(result.InvalidArgument, "ndev %d < 1", n)
+	if n < 1 || n > MaxRanks {
+		return nil, result.Errorf(result.InvalidArgument, "ndev %d is outside 1..%d", n, MaxRanks)
 	}
 	if devs != nil && len(devs) != n {
 		return nil, result.Errorf(result.InvalidArgument, "devlist has %d entries, want %d", len(devs), n)
@@ -299,7 +299,10 @@ func (c *Comm) initCollective() error {
 	c.oneDevice = true
 	local := 0 // ranks in this process on this device, this one included
 	for r, p := range all {
-		same := len(p) == len(b) && [16]byte(p) == b
+		// Only this process's world says which ranks run here: a peer
+		// could claim this pid.
+		here := r == c.rank || c.w.peer(r) != nil
+		same := here && len(p) == len(b) && [16]byte(p) == b
 		if r != c.rank && same {
 			c.devShared = true
 		}
@@ -536,14 +539,25 @@ func (c *Comm) fail(err error) {
 	}
 }
 
+// failedAsync is the asynchronous failure of a live communicator (ready,
+// or still forming in a group) as what's error, or nil: every collective,
+// registration and ncclCeInit after it returns that error, also one made
+// inside a group and one whose arguments are wrong.
+func (c *Comm) failedAsync(what string) error {
+	if st := c.state(); st != stReady && st != stInit {
+		return nil
+	}
+	if p := c.asyncErr.Load(); p != nil {
+		return result.Errorf(result.Of(*p), "%s: the communicator failed: %w", what, *p)
+	}
+	return nil
+}
+
 // usable returns nil when collectives may be issued on c.
 func (c *Comm) usable(what string) error {
 	switch c.state() {
 	case stReady:
-		if p := c.asyncErr.Load(); p != nil {
-			return result.Errorf(result.Of(*p), "%s: the communicator failed: %w", what, *p)
-		}
-		return nil
+		return c.failedAsync(what)
 	case stInit:
 		return result.Errorf(result.InvalidUsage, "%s: communicator is still being created (its ncclGroupEnd has not run)", what)
 	case stFailed:
@@ -563,6 +577,9 @@ func (c *Comm) usable(what string) error {
 func (c *Comm) CeInit() error {
 	if st := c.state(); st != stReady && st != stInit {
 		return c.usable("ncclCeInit")
+	}
+	if err := c.failedAsync("ncclCeInit"); err != nil {
+		return err
 	}
 	if g := currentGroup(); g != nil {
 		g.addCeInit(c)

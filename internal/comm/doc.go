@@ -11,7 +11,11 @@
 // process's TCP bootstrap root (tcproot.go); ranks rendezvous there and then
 // run their bootstrap through it (tcpboot.go; a star). Windows cross
 // processes as file descriptors passed over an abstract Unix socket
-// (fdpass.go, nodewin.go). A peer's death or a stalled collective
+// (fdpass.go, nodewin.go). Both sockets are open to any local user and
+// serve through a gate (gate.go) that a flood cannot kill; every payload a
+// peer sends is decoded by a pure, fuzzed function that checks its numbers
+// before use (wire.go, fuzz_test.go); docs/security.md is the threat
+// model. A peer's death or a stalled collective
 // (CECOLL_TIMEOUT, watch.go) becomes an asynchronous ncclRemoteError and
 // aborts the engine; CECOLL_CHECK=1 cross-checks every collective's
 // signature on a shared board (check.go). ncclCommInitAll stays in-process.

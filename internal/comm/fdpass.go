@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,16 +21,21 @@ import (
 // Passing allocations between processes: each process serves, on one
 // abstract Unix socket (nothing on the filesystem, gone with the process),
 // file descriptors of the allocations its ranks are registering as
-// windows. A peer asks with the communicator's secret and the allocation's
-// base; only an allocation published for that secret is exported, its fd
-// travels with SCM_RIGHTS, and both sides close their copy after use.
+// windows. A peer asks with the communicator's secret (key and tag) and
+// the allocation's base; only an allocation published for that key is
+// exported, and only to a request whose tag matches (compared in constant
+// time); its fd travels with SCM_RIGHTS, and both sides close their copy
+// after use. Any local user can connect (the name shows in
+// /proc/net/unix): the socket is served through a gate (gate.go), and a
+// requester retries a connection dropped before any answer.
 
 type exportKey struct {
-	secret uint64
-	base   hip.DevicePtr
+	key  uint64
+	base hip.DevicePtr
 }
 
 type exportEntry struct {
+	tag  [tagBytes]byte
 	rt   hip.Runtime
 	dev  int
 	refs int
@@ -50,7 +56,7 @@ func fdServer() (string, error) {
 	fds.once.Do(func() {
 		var r [8]byte
 		rand.Read(r[:])
-		name := fmt.Sprintf("@cecoll-%d-%s", os.Getpid(), hex.EncodeToString(r[:]))
+		name := fmt.Sprintf("%s%d-%s", sockPrefix, os.Getpid(), hex.EncodeToString(r[:]))
 		ln, err := net.Listen("unix", name)
 		if err != nil {
 			fds.err = result.Errorf(result.SystemError, "window fd socket %q: %w", name, err)
@@ -58,48 +64,37 @@ func fdServer() (string, error) {
 		}
 		fds.name = name
 		fds.exports = make(map[exportKey]*exportEntry)
-		go fdAccept(ln)
+		go newGate("window fd socket").serve(ln, fdServe)
 	})
 	return fds.name, fds.err
 }
 
-func fdAccept(ln net.Listener) {
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			log.Warnf("window fd socket: accept: %v", err)
-			return
-		}
-		go fdServe(conn.(*net.UnixConn))
-	}
-}
-
-// publish makes [base] exportable to ranks presenting secret, until
+// publish makes [base] exportable to ranks presenting sec, until
 // unpublish.
-func publish(secret uint64, rt hip.Runtime, dev int, base hip.DevicePtr) {
+func publish(sec secret, rt hip.Runtime, dev int, base hip.DevicePtr) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
-	k := exportKey{secret, base}
+	k := exportKey{sec.key, base}
 	if e := fds.exports[k]; e != nil {
 		e.refs++
 		return
 	}
-	fds.exports[k] = &exportEntry{rt: rt, dev: dev, refs: 1, fd: -1}
+	fds.exports[k] = &exportEntry{tag: sec.tag, rt: rt, dev: dev, refs: 1, fd: -1}
 }
 
-// publishFD makes the open file fd exportable under (secret, tag).
-func publishFD(secret uint64, tag hip.DevicePtr, fd int) {
+// publishFD makes the open file fd exportable under (sec, tag).
+func publishFD(sec secret, tag hip.DevicePtr, fd int) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
-	fds.exports[exportKey{secret, tag}] = &exportEntry{refs: 1, fd: fd}
+	fds.exports[exportKey{sec.key, tag}] = &exportEntry{tag: sec.tag, refs: 1, fd: fd}
 }
 
-func unpublishFD(secret uint64, tag hip.DevicePtr) { unpublish(secret, tag) }
+func unpublishFD(key uint64, tag hip.DevicePtr) { unpublish(key, tag) }
 
-func unpublish(secret uint64, base hip.DevicePtr) {
+func unpublish(key uint64, base hip.DevicePtr) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
-	k := exportKey{secret, base}
+	k := exportKey{key, base}
 	if e := fds.exports[k]; e != nil {
 		if e.refs--; e.refs == 0 {
 			delete(fds.exports, k)
@@ -107,30 +102,54 @@ func unpublish(secret uint64, base hip.DevicePtr) {
 	}
 }
 
-func fdServe(conn *net.UnixConn) {
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(helloTimeout))
-	var req [16]byte
-	if _, err := ioReadFull(conn, req[:]); err != nil {
+// fdReqBytes is a request: key u64, tag, base u64.
+const fdReqBytes = 8 + tagBytes + 8
+
+func encodeFDRequest(sec secret, base hip.DevicePtr) [fdReqBytes]byte {
+	var b [fdReqBytes]byte
+	binary.LittleEndian.PutUint64(b[0:], sec.key)
+	copy(b[8:], sec.tag[:])
+	binary.LittleEndian.PutUint64(b[8+tagBytes:], uint64(base))
+	return b
+}
+
+func parseFDRequest(b [fdReqBytes]byte) (secret, hip.DevicePtr) {
+	var s secret
+	s.key = binary.LittleEndian.Uint64(b[0:])
+	copy(s.tag[:], b[8:])
+	return s, hip.DevicePtr(binary.LittleEndian.Uint64(b[8+tagBytes:]))
+}
+
+func fdServe(gc *gateConn) {
+	gc.SetDeadline(time.Now().Add(helloTimeout))
+	var req [fdReqBytes]byte
+	if _, err := ioReadFull(gc, req[:]); err != nil {
+		gc.refuse("no request: %v", err)
 		return
 	}
-	k := exportKey{binary.LittleEndian.Uint64(req[0:]), hip.DevicePtr(binary.LittleEndian.Uint64(req[8:]))}
+	sec, base := parseFDRequest(req)
 	fds.mu.Lock()
-	e := fds.exports[k]
+	e := fds.exports[exportKey{sec.key, base}]
 	var ent exportEntry
 	if e != nil {
 		ent = *e
 	}
 	fds.mu.Unlock()
-	if e == nil {
-		log.Warnf("window fd socket: refused a request for allocation %#x: not published for that secret", k.base)
-		conn.Write([]byte("no such allocation"))
+	// A missing entry and a wrong tag look alike to the requester.
+	if e == nil || !sameTag(ent.tag, sec.tag) {
+		gc.Write([]byte("no such allocation"))
+		gc.refuse("a request for allocation %#x not published for that secret", base)
 		return
 	}
+	if !gc.pass() {
+		return
+	}
+	conn := gc.Conn.(*net.UnixConn)
+	defer conn.Close()
 	fd := ent.fd
 	if fd < 0 {
 		var err error
-		fd, err = exportOnDevice(ent.rt, ent.dev, k.base)
+		fd, err = exportOnDevice(ent.rt, ent.dev, base)
 		if err != nil {
 			conn.Write([]byte("export failed: " + err.Error()))
 			return
@@ -138,7 +157,7 @@ func fdServe(conn *net.UnixConn) {
 		defer syscall.Close(fd)
 	}
 	if _, _, err := conn.WriteMsgUnix([]byte{0}, syscall.UnixRights(fd), nil); err != nil {
-		log.Warnf("window fd socket: sending fd of %#x: %v", k.base, err)
+		log.Warnf("window fd socket: sending fd of %#x: %v", base, err)
 	}
 }
 
@@ -153,42 +172,93 @@ func exportOnDevice(rt hip.Runtime, dev int, base hip.DevicePtr) (int, error) {
 	return rt.MemExport(base)
 }
 
-// fetchFD asks the process serving sock for the allocation at base.
-func fetchFD(sock string, secret uint64, base hip.DevicePtr) (int, error) {
+// fetchFD asks the process serving sock for the allocation at base,
+// retrying a connection dropped before an answer (the peer's gate under a
+// flood) until deadline.
+func fetchFD(sock string, sec secret, base hip.DevicePtr, deadline time.Time) (int, error) {
+	delay := 5 * time.Millisecond
+	for {
+		fd, err := fetchOnce(sock, sec, base, deadline)
+		var dr dropped
+		if err == nil || !errors.As(err, &dr) || time.Until(deadline) < delay {
+			return fd, err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 250*time.Millisecond)
+	}
+}
+
+func fetchOnce(sock string, sec secret, base hip.DevicePtr, deadline time.Time) (int, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
+		if transient(err) {
+			return -1, dropped{err}
+		}
 		return -1, err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(helloTimeout))
-	var req [16]byte
-	binary.LittleEndian.PutUint64(req[0:], secret)
-	binary.LittleEndian.PutUint64(req[8:], uint64(base))
+	if d := time.Now().Add(helloTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetDeadline(deadline)
+	req := encodeFDRequest(sec, base)
 	if _, err := conn.Write(req[:]); err != nil {
-		return -1, err
+		return -1, dropped{err}
 	}
 	buf := make([]byte, 512)
 	oob := make([]byte, syscall.CmsgSpace(4))
-	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return -1, err
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return -1, err
+		}
+		return -1, dropped{err}
 	}
 	if oobn == 0 {
-		return -1, fmt.Errorf("peer refused: %s", buf[:n])
+		if n == 0 {
+			return -1, dropped{fmt.Errorf("closed before answering")}
+		}
+		return -1, fmt.Errorf("peer refused: %q", buf[:min(n, 128)])
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return -1, fmt.Errorf("malformed control message: %v", err)
+	got, err := parseRights(oob[:oobn])
+	if err == nil && flags&syscall.MSG_CTRUNC != 0 {
+		err = fmt.Errorf("control message truncated")
 	}
-	got, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(got) != 1 {
+	if err == nil && len(got) != 1 {
+		err = fmt.Errorf("%d fds in the answer", len(got))
+	}
+	if err != nil {
 		for _, fd := range got {
 			syscall.Close(fd)
 		}
-		return -1, fmt.Errorf("malformed rights: %v", err)
+		return -1, fmt.Errorf("malformed answer: %v", err)
 	}
 	syscall.CloseOnExec(got[0])
 	return got[0], nil
+}
+
+// parseRights returns every fd passed in oob (so that the caller closes
+// them all, whatever else went wrong), and an error for anything but
+// well-formed SCM_RIGHTS messages.
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for i := range msgs {
+		if len(msgs[i].Data)%4 != 0 {
+			// syscall.ParseUnixRights indexes past its result then
+			// (found by FuzzRights): the kernel never sends it.
+			return fds, fmt.Errorf("SCM_RIGHTS of %d bytes", len(msgs[i].Data))
+		}
+		got, err := syscall.ParseUnixRights(&msgs[i])
+		fds = append(fds, got...)
+		if err != nil {
+			return fds, err
+		}
+	}
+	return fds, nil
 }
 
 func ioReadFull(c net.Conn, b []byte) (int, error) {

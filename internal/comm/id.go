@@ -1,8 +1,12 @@
 package comm
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
+	"sync"
 
 	"cecoll/internal/result"
 )
@@ -10,17 +14,34 @@ import (
 // IDBytes is NCCL_UNIQUE_ID_BYTES.
 const IDBytes = 128
 
-// ID is ncclUniqueId: bytes 0-7 a magic, 8-15 a random secret (the
-// rendezvous key), 16.. the root listener's address as a Linux struct
-// sockaddr_in or sockaddr_in6 (family u16 little-endian, port big-endian);
-// family 0 selects the in-process bootstrap.
+// ID is ncclUniqueId: bytes 0-7 a magic, 8-15 a random key (the
+// rendezvous key), 16-43 the root listener's address as a Linux struct
+// sockaddr_in or sockaddr_in6 (family u16 little-endian, port big-endian;
+// family 0 selects the in-process bootstrap), 48-63 the id's secret tag.
+//
+// The tag is an HMAC of the key under a random key of the id-making
+// process (tagOf), so that process's bootstrap root recognises its ids
+// without a table: an id costs it nothing until ranks arrive, and the tag
+// a connection presents is compared in constant time.
 type ID [IDBytes]byte
 
 // idMagic is "cecollID" read little-endian: it tells a cecoll id from
 // garbage or from another library's id.
 const idMagic uint64 = 0x44496c6c6f636563
 
-// NewID is ncclGetUniqueId: a fresh secret and the address of this
+const (
+	tagOff   = 48
+	tagBytes = 16
+)
+
+// secret is what a rank proves to the root and to its peers' fd sockets:
+// the id's key and its tag.
+type secret struct {
+	key uint64
+	tag [tagBytes]byte
+}
+
+// NewID is ncclGetUniqueId: a fresh key, its tag, and the address of this
 // process's bootstrap root listener (started on first use), which ranks in
 // any process of the node reach over TCP (tcproot.go).
 func NewID() (ID, error) {
@@ -32,6 +53,8 @@ func NewID() (ID, error) {
 	if err := newTCPID(&id); err != nil {
 		return id, err
 	}
+	tag := tagOf(binary.LittleEndian.Uint64(id[8:16]))
+	copy(id[tagOff:], tag[:])
 	return id, nil
 }
 
@@ -45,3 +68,37 @@ func (id *ID) key() (uint64, error) {
 	}
 	return binary.LittleEndian.Uint64(id[8:16]), nil
 }
+
+func (id *ID) secret() secret {
+	s := secret{key: binary.LittleEndian.Uint64(id[8:16])}
+	copy(s.tag[:], id[tagOff:])
+	return s
+}
+
+// macKey is this process's HMAC key for the tags of its ids.
+var macKey = sync.OnceValue(func() []byte {
+	k := make([]byte, 32)
+	rand.Read(k) // never fails (crypto/rand since Go 1.24)
+	return k
+})
+
+// tagOf is the tag of the id with key made by this process.
+func tagOf(key uint64) [tagBytes]byte {
+	m := hmac.New(sha256.New, macKey())
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], key)
+	m.Write(b[:])
+	var t [tagBytes]byte
+	copy(t[:], m.Sum(nil))
+	return t
+}
+
+// ours reports, in constant time, whether s names an id this process
+// made.
+func (s *secret) ours() bool {
+	want := tagOf(s.key)
+	return subtle.ConstantTimeCompare(s.tag[:], want[:]) == 1
+}
+
+// sameTag compares two tags in constant time.
+func sameTag(a, b [tagBytes]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }

@@ -426,6 +426,13 @@ func TestMPChild(t *testing.T) {
 	if role == "" {
 		t.Skip("runs only as a child of the multi-process tests")
 	}
+	if role == "floodroot" {
+		watchdog(t, 80*time.Second)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		floodRoot(t, newRT(t, 2))
+		return
+	}
 	watchdog(t, 15*time.Second)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -760,9 +767,9 @@ func BenchmarkMPBootstrap(b *testing.B) {
 	}
 }
 
-// The id's layout is what C programs read: magic, secret, then a Linux
+// The id's layout is what C programs read: magic, key, then a Linux
 // struct sockaddr_in of the root listener (family little-endian, port
-// big-endian), loopback by default.
+// big-endian), loopback by default, and the secret tag at 48.
 func TestIDLayout(t *testing.T) {
 	id, err := NewID()
 	require.NoError(t, err)
@@ -773,10 +780,19 @@ func TestIDLayout(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.Equal(t, []byte{byte(port >> 8), byte(port)}, id[18:20])
 	require.Equal(t, []byte{127, 0, 0, 1}, id[20:24])
-	require.Equal(t, make([]byte, IDBytes-24), id[24:])
+	require.Equal(t, make([]byte, tagOff-24), id[24:tagOff])
+	sec := id.secret()
+	require.Equal(t, tagOf(sec.key), sec.tag)
+	require.NotEqual(t, [tagBytes]byte{}, sec.tag)
+	require.True(t, sec.ours())
+	require.Equal(t, make([]byte, IDBytes-tagOff-tagBytes), id[tagOff+tagBytes:])
 	other, err := NewID()
 	require.NoError(t, err)
-	require.NotEqual(t, id[8:16], other[8:16], "a fresh secret per id")
+	require.NotEqual(t, id[8:16], other[8:16], "a fresh key per id")
+	require.NotEqual(t, id[tagOff:tagOff+tagBytes], other[tagOff:tagOff+tagBytes], "a fresh tag per id")
+	forged := id.secret()
+	forged.tag[0] ^= 1
+	require.False(t, forged.ours(), "one bit off")
 
 	for _, tc := range []struct {
 		env, want string
@@ -807,7 +823,7 @@ func TestIDLayout(t *testing.T) {
 	require.True(t, ok)
 	var back ID
 	putSockaddr(back[16:], a)
-	require.Equal(t, id[16:], back[16:])
+	require.Equal(t, id[16:tagOff], back[16:tagOff])
 	v6 := &net.TCPAddr{IP: net.ParseIP("::1"), Port: 4242}
 	putSockaddr(back[16:], v6)
 	require.Equal(t, []byte{afInet6, 0, 0x10, 0x92}, back[16:20])

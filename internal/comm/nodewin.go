@@ -2,6 +2,8 @@ package comm
 
 import (
 	"encoding/binary"
+	"fmt"
+	"time"
 
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
@@ -15,6 +17,12 @@ import (
 // offset inside its allocation. A second exchange confirms every import,
 // so the exporters keep their allocations published until all peers hold
 // their own mapping, and all ranks succeed or fail together.
+//
+// A peer's numbers are checked before use: its window must lie inside the
+// allocation it claims (winMsg.fits), the fd it passes must be a sealed
+// memfd at least that long (the runtime's MemImport), and copies reach at
+// most the smallest window of all ranks (Window.reach), so no peer can
+// make this process write outside what it mapped.
 
 // importedMem is one peer allocation mapped into this process.
 type importedMem struct {
@@ -37,6 +45,70 @@ func (c *Comm) remotePeers() bool {
 
 const nodeWinMsg = 33
 
+// winMsg is one rank's part of the exchange.
+type winMsg struct {
+	base, allocBase hip.DevicePtr
+	size, allocSize uintptr
+	ok              bool // its local checks passed
+}
+
+func (m winMsg) encode() []byte {
+	b := make([]byte, nodeWinMsg)
+	binary.LittleEndian.PutUint64(b[0:], uint64(m.base))
+	binary.LittleEndian.PutUint64(b[8:], uint64(m.size))
+	binary.LittleEndian.PutUint64(b[16:], uint64(m.allocBase))
+	binary.LittleEndian.PutUint64(b[24:], uint64(m.allocSize))
+	if m.ok {
+		b[32] = 1
+	}
+	return b
+}
+
+func parseWinMsg(b []byte) (winMsg, error) {
+	if len(b) != nodeWinMsg {
+		return winMsg{}, fmt.Errorf("a window message of %d bytes, want %d", len(b), nodeWinMsg)
+	}
+	if b[32] > 1 {
+		return winMsg{}, fmt.Errorf("a window message with flag %d", b[32])
+	}
+	return winMsg{
+		base:      hip.DevicePtr(binary.LittleEndian.Uint64(b[0:])),
+		size:      uintptr(binary.LittleEndian.Uint64(b[8:])),
+		allocBase: hip.DevicePtr(binary.LittleEndian.Uint64(b[16:])),
+		allocSize: uintptr(binary.LittleEndian.Uint64(b[24:])),
+		ok:        b[32] == 1,
+	}, nil
+}
+
+// fits checks a peer's window against the allocation it claims: the
+// window lies inside it and nothing wraps.
+func (m winMsg) fits() error {
+	switch {
+	case m.size == 0 || m.allocSize == 0:
+		return fmt.Errorf("window of %d bytes in an allocation of %d", m.size, m.allocSize)
+	case m.base < m.allocBase || uintptr(m.base-m.allocBase) > m.allocSize:
+		return fmt.Errorf("window base %#x outside its allocation [%#x, +%d)", m.base, m.allocBase, m.allocSize)
+	case m.size > m.allocSize-uintptr(m.base-m.allocBase):
+		return fmt.Errorf("window [%#x, +%d) runs past its allocation [%#x, +%d)", m.base, m.size, m.allocBase, m.allocSize)
+	}
+	return nil
+}
+
+// reachOf is how far copies may go into every rank's window: the smallest
+// size. The engine's own windows are sized alike on every rank (it
+// addresses a peer's with its own sizes), so there a difference is an
+// error.
+func reachOf(w *Window, sizes []uintptr) (uintptr, error) {
+	reach := w.size
+	for r, s := range sizes {
+		if w.internal && s != w.size {
+			return 0, result.Errorf(result.InvalidUsage, "window register: rank %d's internal window is %d bytes, this rank's %d: every rank must run with the same configuration (CECOLL_STAGING_BYTES)", r, s, w.size)
+		}
+		reach = min(reach, s)
+	}
+	return reach, nil
+}
+
 // registerNode is register's exchange for a communicator whose ranks may
 // span processes; localErr is the result of the local checks (w was
 // inserted when nil).
@@ -54,29 +126,24 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 			localErr = result.Errorf(result.InvalidArgument, "window register: buffer %#x is not ncclMemAlloc memory, so ranks in other processes cannot map it (%v); register ncclMemAlloc buffers, or leave the buffer unregistered (it is staged)", w.base, err)
 		} else {
 			allocBase, allocSize = base, size
-			publish(b.secret, c.rt, c.dev, allocBase)
+			publish(b.sec, c.rt, c.dev, allocBase)
 			published = true
 		}
 	}
 	defer func() {
 		if published {
-			unpublish(b.secret, allocBase)
+			unpublish(b.sec.key, allocBase)
 		}
 	}()
 
-	var msg [nodeWinMsg]byte
-	binary.LittleEndian.PutUint64(msg[0:], uint64(w.base))
-	binary.LittleEndian.PutUint64(msg[8:], uint64(w.size))
-	binary.LittleEndian.PutUint64(msg[16:], uint64(allocBase))
-	binary.LittleEndian.PutUint64(msg[24:], uint64(allocSize))
-	if localErr == nil {
-		msg[32] = 1
-	}
-	all, err := c.boot.AllGather(msg[:])
-	refused := -1
+	mine := winMsg{base: w.base, size: w.size, allocBase: allocBase, allocSize: allocSize, ok: localErr == nil}
+	all, err := c.boot.AllGather(mine.encode())
+	var msgs []winMsg
+	refused, why := -1, error(nil)
 	if err == nil {
-		for r, m := range all {
-			if len(m) != nodeWinMsg || m[32] == 0 {
+		msgs = make([]winMsg, len(all))
+		for r, raw := range all {
+			if msgs[r], why = parseWinMsg(raw); why != nil || !msgs[r].ok {
 				refused = r
 				break
 			}
@@ -95,34 +162,46 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 		return fail(localErr)
 	case err != nil:
 		return fail(err)
+	case why != nil:
+		return fail(result.Errorf(result.RemoteError, "window register: rank %d: %v", refused, why))
 	case refused >= 0:
 		return fail(result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused))
 	}
-
-	peers := make([]hip.DevicePtr, len(all))
-	var imports []importedMem
+	sizes := make([]uintptr, len(msgs))
 	var impErr error
-	for r, m := range all {
-		base := hip.DevicePtr(binary.LittleEndian.Uint64(m[0:]))
+	for r, m := range msgs {
+		sizes[r] = m.size
+		if err := m.fits(); err != nil && !b.sameProcess(r) && impErr == nil {
+			impErr = result.Errorf(result.RemoteError, "window register: rank %d (pid %d): %v", r, b.table[r].pid, err)
+		}
+	}
+	reach, err := reachOf(w, sizes)
+	impErr = firstNonNil(impErr, err)
+
+	peers := make([]hip.DevicePtr, len(msgs))
+	var imports []importedMem
+	deadline := time.Now().Add(b.timeout)
+	for r, m := range msgs {
+		if impErr != nil {
+			break
+		}
 		if b.sameProcess(r) {
-			peers[r] = base
+			peers[r] = m.base
 			continue
 		}
-		ab := hip.DevicePtr(binary.LittleEndian.Uint64(m[16:]))
-		as := uintptr(binary.LittleEndian.Uint64(m[24:]))
-		fd, err := fetchFD(b.table[r].sock, b.secret, ab)
+		fd, err := fetchFD(b.table[r].sock, b.sec, m.allocBase, deadline)
 		if err != nil {
 			impErr = result.Errorf(result.SystemError, "window register: fetching rank %d's allocation from pid %d: %w", r, b.table[r].pid, err)
 			break
 		}
-		p, err := c.rt.MemImport(fd, as)
+		p, err := c.rt.MemImport(fd, m.allocSize)
 		closeFD(fd)
 		if err != nil {
-			impErr = result.Errorf(result.Of(err), "window register: mapping rank %d's allocation (%d bytes): %w", r, as, err)
+			impErr = result.Errorf(result.Of(err), "window register: mapping rank %d's allocation (%d bytes, from pid %d): %w", r, m.allocSize, b.table[r].pid, err)
 			break
 		}
 		imports = append(imports, importedMem{p: p, dev: c.dev})
-		peers[r] = p + (base - ab)
+		peers[r] = p + (m.base - m.allocBase)
 	}
 	var ok [1]byte
 	if impErr == nil {
@@ -148,9 +227,9 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 	c.node.winIndex[w] = c.node.nextWin
 	c.node.nextWin++
 	c.node.mu.Unlock()
-	w.peers = peers
+	w.peers, w.reach = peers, reach
 	w.live.Store(true)
-	log.Infof("rank %d: window [%#x, +%d) registered across processes; peers %#x", c.rank, w.base, w.size, peers)
+	log.Infof("rank %d: window [%#x, +%d) registered across processes (reach %d); peers %#x", c.rank, w.base, w.size, reach, peers)
 	return nil
 }
 

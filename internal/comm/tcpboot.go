@@ -2,11 +2,12 @@ package comm
 
 import (
 	"bufio"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"cecoll/internal/log"
@@ -27,12 +28,13 @@ type peerInfo struct {
 // abort that says a peer died, which it reports at once through onFail.
 type tcpBoot struct {
 	addr    *net.TCPAddr
-	secret  uint64
+	sec     secret
 	n, rank int
-	onFail  func(error)  // a peer's death or abort; never called for our own Abort
-	onTable func() error // the root answered: every rank has arrived
-	onDone  func()       // the rendezvous ended, either way
-	check   bool         // CECOLL_CHECK: rank 0 makes the board before its hello
+	local   func(r int) bool // rank r is one of this process's (its in-process world)
+	onFail  func(error)      // a peer's death or abort; never called for our own Abort
+	onTable func() error     // the root answered: every rank has arrived
+	onDone  func()           // the rendezvous ended, either way
+	check   bool             // CECOLL_CHECK: rank 0 makes the board before its hello
 	boardFD int
 	timeout time.Duration
 
@@ -41,6 +43,7 @@ type tcpBoot struct {
 	conn        net.Conn
 	wmu         sync.Mutex
 	table       []peerInfo
+	here        []bool // by rank: in this process (set with table)
 
 	seq uint64 // allgathers made by this rank (one caller at a time)
 
@@ -51,8 +54,8 @@ type tcpBoot struct {
 	closed  bool
 }
 
-func newTCPBoot(addr *net.TCPAddr, secret uint64, n, rank int) *tcpBoot {
-	return &tcpBoot{addr: addr, secret: secret, n: n, rank: rank, timeout: bootTimeout(), boardFD: -1,
+func newTCPBoot(addr *net.TCPAddr, sec secret, n, rank int) *tcpBoot {
+	return &tcpBoot{addr: addr, sec: sec, n: n, rank: rank, timeout: bootTimeout(), boardFD: -1,
 		replies: make(map[uint64]chan [][]byte), failCh: make(chan struct{})}
 }
 
@@ -70,7 +73,7 @@ func (b *tcpBoot) connect() error {
 		b.connErr = b.dial()
 		if b.connErr != nil && b.boardFD >= 0 {
 			// Rank 0's CECOLL_CHECK board never reached a peer.
-			unpublishFD(b.secret, boardTag)
+			unpublishFD(b.sec.key, boardTag)
 			closeFD(b.boardFD)
 			b.boardFD = -1
 		}
@@ -90,60 +93,56 @@ func (b *tcpBoot) dial() error {
 		return err
 	}
 	if b.check && b.rank == 0 && b.boardFD < 0 {
-		if b.boardFD, err = newBoardFD(b.secret, b.n); err != nil {
+		if b.boardFD, err = newBoardFD(b.sec, b.n); err != nil {
 			return err
 		}
 	}
+	h := hello{sec: b.sec, n: b.n, rank: b.rank, pid: uint32(os.Getpid()), host: hostname(), sock: sock}
+	frame := h.encode()
 	deadline := time.Now().Add(b.timeout + 2*time.Second)
-	d := net.Dialer{Deadline: deadline}
-	conn, err := d.Dial("tcp", b.addr.String())
-	if err != nil {
-		return result.Errorf(result.SystemError, "bootstrap: rank %d cannot reach the root %v named in the unique id: %w", b.rank, b.addr, err)
-	}
-	var e enc
-	e.u64(idMagic)
-	e.u64(b.secret)
-	e.u32(uint32(b.n))
-	e.u32(uint32(b.rank))
-	e.u32(uint32(os.Getpid()))
-	e.str(hostname())
-	e.str(sock)
-	conn.SetDeadline(deadline)
-	if err := writeFrame(conn, frHello, e.b); err != nil {
-		conn.Close()
-		return result.Errorf(result.SystemError, "bootstrap: rank %d: hello to %v: %w", b.rank, b.addr, err)
-	}
-	br := bufio.NewReader(conn)
-	typ, p, err := readFrame(br, maxFrame)
-	if err != nil {
-		conn.Close()
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return result.Errorf(result.RemoteError, "bootstrap: rank %d waited %v for its %d peers (a rank never arrived)", b.rank, b.timeout, b.n-1)
+	var conn net.Conn
+	var br *bufio.Reader
+	var typ byte
+	var p []byte
+	// The root drops a connection before any answer only when it is
+	// flooded (gate.go) or the id is not its own: retry until the
+	// deadline, so that a flood delays a join and never breaks it.
+	delay, drops := 5*time.Millisecond, 0
+	for {
+		conn, br, typ, p, err = b.attempt(frame, deadline)
+		var dr dropped
+		if err == nil || !errors.As(err, &dr) {
+			break
 		}
-		return result.Errorf(result.RemoteError, "bootstrap: rank %d: the root %v closed the connection before the table (a stranger or a failed communicator?): %v", b.rank, b.addr, err)
+		drops++
+		if time.Until(deadline) < delay {
+			return result.Errorf(result.RemoteError, "bootstrap: rank %d: the root %v dropped %d connections before answering within %v (CECOLL_BOOTSTRAP_TIMEOUT): is the unique id from the root's current process, or is the root flooded? last: %v",
+				b.rank, b.addr, drops, b.timeout, dr.err)
+		}
+		log.Infof("bootstrap: rank %d: the root %v dropped the connection (%v); retrying in %v", b.rank, b.addr, dr.err, delay)
+		time.Sleep(delay)
+		delay = min(2*delay, 250*time.Millisecond)
 	}
-	dd := dec{b: p}
+	if err != nil {
+		return err
+	}
 	switch typ {
 	case frFail:
 		conn.Close()
-		code, msg := result.Code(dd.u32()), dd.str()
-		if dd.err != nil {
-			code, msg = result.RemoteError, "malformed failure frame"
-		}
+		code, msg := parseFail(p)
 		return result.Errorf(code, "%s", msg)
 	case frTable:
 	default:
 		conn.Close()
-		return result.Errorf(result.InternalError, "bootstrap: rank %d: unexpected frame type %d from the root", b.rank, typ)
+		return result.Errorf(result.RemoteError, "bootstrap: rank %d: unexpected frame type %d from the root", b.rank, typ)
 	}
-	n := int(dd.u32())
-	table := make([]peerInfo, 0, n)
-	for range n {
-		table = append(table, peerInfo{pid: dd.u32(), host: dd.str(), sock: dd.str()})
+	table, err := parseTable(p, b.n)
+	if err == nil {
+		err = b.checkHere(table)
 	}
-	if dd.err != nil || n != b.n {
+	if err != nil {
 		conn.Close()
-		return result.Errorf(result.InternalError, "bootstrap: rank %d: malformed table from the root", b.rank)
+		return result.Errorf(result.RemoteError, "bootstrap: rank %d: bad table from the root: %v", b.rank, err)
 	}
 	conn.SetDeadline(time.Time{})
 	b.table = table
@@ -168,6 +167,77 @@ func (b *tcpBoot) dial() error {
 	return nil
 }
 
+// dropped is an attempt the root (or the fd socket of a peer) cut short
+// before answering: worth another.
+type dropped struct{ err error }
+
+func (d dropped) Error() string { return d.err.Error() }
+
+// transient reports whether a connect error may pass: this process out of
+// fds or ports for a moment (a flood), a reset, a full backlog.
+func transient(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.EAGAIN, syscall.ECONNRESET, syscall.EADDRNOTAVAIL, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// attempt makes one connection: hello, then the root's first frame.
+func (b *tcpBoot) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Reader, byte, []byte, error) {
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.Dial("tcp", b.addr.String())
+	if err != nil {
+		if transient(err) {
+			return nil, nil, 0, nil, dropped{err}
+		}
+		return nil, nil, 0, nil, result.Errorf(result.SystemError, "bootstrap: rank %d cannot reach the root %v named in the unique id: %w", b.rank, b.addr, err)
+	}
+	conn.SetDeadline(deadline)
+	if err := writeFrame(conn, frHello, frame); err != nil {
+		conn.Close()
+		return nil, nil, 0, nil, dropped{err}
+	}
+	br := bufio.NewReader(conn)
+	typ, p, err := readFrame(br, tableLimit(b.n), nil)
+	if err != nil {
+		conn.Close()
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return nil, nil, 0, nil, result.Errorf(result.RemoteError, "bootstrap: rank %d waited %v for its %d peers (a rank never arrived)", b.rank, b.timeout, b.n-1)
+		}
+		return nil, nil, 0, nil, dropped{err}
+	}
+	return conn, br, typ, p, nil
+}
+
+// tableLimit bounds the root's first answer to a rank of an n-rank
+// communicator: its table, or a failure.
+func tableLimit(n int) int {
+	return int(max(min(4+int64(n)*(12+maxHost+maxSock), rootBudget), maxText+16))
+}
+
+// checkHere records which ranks run in this process. That comes from the
+// process's own world of the id (a peer cannot claim to be here: its
+// window bases would then be taken as pointers into this process), and
+// the table must agree.
+func (b *tcpBoot) checkHere(table []peerInfo) error {
+	b.here = make([]bool, b.n)
+	pid, host := uint32(os.Getpid()), hostname()
+	for r := range table {
+		b.here[r] = r == b.rank || (b.local != nil && b.local(r))
+		if claims := table[r].pid == pid && table[r].host == host; claims != b.here[r] {
+			runs := "does not run it"
+			if b.here[r] {
+				runs = "runs it"
+			}
+			return fmt.Errorf("rank %d is listed as pid %d on %s, but this process (pid %d) %s", r, table[r].pid, table[r].host, pid, runs)
+		}
+	}
+	return nil
+}
+
 func (b *tcpBoot) failed() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -187,8 +257,9 @@ func (b *tcpBoot) fail(err error) bool {
 }
 
 func (b *tcpBoot) reader(br *bufio.Reader) {
+	limit := max(gatherReplyLimit(b.n), maxText+16)
 	for {
-		typ, p, err := readFrame(br, maxFrame)
+		typ, p, err := readFrame(br, limit, nil)
 		if err != nil {
 			b.mu.Lock()
 			closed := b.closed
@@ -198,16 +269,11 @@ func (b *tcpBoot) reader(br *bufio.Reader) {
 			}
 			return
 		}
-		d := dec{b: p}
 		switch typ {
 		case frGather:
-			seq := d.u64()
-			all := make([][]byte, b.n)
-			for r := range all {
-				all[r] = d.bytes()
-			}
-			if d.err != nil {
-				b.peerFailed(result.Errorf(result.InternalError, "bootstrap: rank %d: malformed allgather from the root", b.rank))
+			seq, all, err := parseGatherReply(p, b.n)
+			if err != nil {
+				b.peerFailed(result.Errorf(result.RemoteError, "bootstrap: rank %d: malformed allgather from the root: %v", b.rank, err))
 				continue
 			}
 			b.mu.Lock()
@@ -218,11 +284,10 @@ func (b *tcpBoot) reader(br *bufio.Reader) {
 				ch <- all
 			}
 		case frAbort:
-			code, msg := result.Code(d.u32()), d.str()
-			if code == result.Success || d.err != nil {
-				code = result.RemoteError
-			}
+			code, msg := parseFail(p)
 			b.peerFailed(result.Errorf(code, "%s", msg))
+		default:
+			b.peerFailed(result.Errorf(result.RemoteError, "bootstrap: rank %d: unexpected frame type %d from the root", b.rank, typ))
 		}
 	}
 }
@@ -248,6 +313,9 @@ func (b *tcpBoot) send(typ byte, p []byte) error {
 
 // AllGather implements Bootstrap.
 func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
+	if len(mine) > maxGatherBytes {
+		return nil, result.Errorf(result.InternalError, "bootstrap: an allgather of %d bytes per rank (at most %d)", len(mine), maxGatherBytes)
+	}
 	if err := b.connect(); err != nil {
 		return nil, err
 	}
@@ -261,10 +329,7 @@ func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
 	}
 	b.replies[b.seq] = ch
 	b.mu.Unlock()
-	var e enc
-	e.u64(b.seq)
-	e.bytes(mine)
-	if err := b.send(frGather, e.b); err != nil {
+	if err := b.send(frGather, encodeGather(b.seq, mine)); err != nil {
 		err = result.Errorf(result.RemoteError, "bootstrap: rank %d: send to the root: %w", b.rank, err)
 		b.peerFailed(err)
 		return nil, err
@@ -320,10 +385,9 @@ func (b *tcpBoot) close() {
 	conn.Close()
 }
 
-// sameProcess reports whether rank r lives in this process.
-func (b *tcpBoot) sameProcess(r int) bool {
-	return b.table[r].pid == uint32(os.Getpid()) && b.table[r].host == hostname()
-}
+// sameProcess reports whether rank r lives in this process (once the
+// table came).
+func (b *tcpBoot) sameProcess(r int) bool { return b.here[r] }
 
 // nodeState is a communicator's multi-process state.
 type nodeState struct {
@@ -339,17 +403,13 @@ type nodeState struct {
 	stopOnce  sync.Once
 }
 
-// newTCPID fills id's address part with this process's root listener and
-// registers the id's secret there.
+// newTCPID fills id's address part with this process's root listener.
 func newTCPID(id *ID) error {
 	ln, err := startRoot()
 	if err != nil {
 		return err
 	}
 	putSockaddr(id[16:], ln.Addr().(*net.TCPAddr))
-	root.mu.Lock()
-	root.ids[binary.LittleEndian.Uint64(id[8:16])] = nil
-	root.mu.Unlock()
 	return nil
 }
 
@@ -359,7 +419,8 @@ func (c *Comm) attachNode(id *ID) {
 	if !ok {
 		return
 	}
-	b := newTCPBoot(addr, binary.LittleEndian.Uint64(id[8:16]), c.size, c.rank)
+	b := newTCPBoot(addr, id.secret(), c.size, c.rank)
+	b.local = func(r int) bool { return c.w.peer(r) != nil }
 	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
 	b.onFail = c.fail
 	b.check = checkEnabled()

@@ -3,11 +3,12 @@ package comm
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cecoll/internal/log"
@@ -21,15 +22,25 @@ import (
 // rank; once all have arrived each gets the full table, and the same
 // connections then carry the communicator's allgathers (a star through
 // the root) and its aborts.
+//
+// What the root holds grows only with ranks that arrived and proved the
+// secret (gate.go keeps strangers to a bounded number of fds): a forming
+// world is a map of the ranks that came; a running one lives as long as
+// its ranks' connections (the relay) and is garbage once the last one
+// left; an allgather round holds at most one contribution per rank, each
+// of at most maxGatherBytes, and all bytes held for peers count against
+// rootBudget. A peer that breaks the protocol is dropped, which fails its
+// communicator with an error on every other rank.
 
 var root struct {
 	once sync.Once
 	ln   net.Listener
 	err  error
+	gate *gate
 
-	mu     sync.Mutex
-	ids    map[uint64]*rootWorld // by secret; nil value: known id, no world forming
-	family uint16
+	mu      sync.Mutex
+	forming map[uint64]*rootWorld // by key: worlds whose ranks are arriving, or that failed doing so
+	budget  budget
 }
 
 // startRoot opens the listener once.
@@ -46,9 +57,9 @@ func startRoot() (net.Listener, error) {
 			return
 		}
 		root.ln = ln
-		root.ids = make(map[uint64]*rootWorld)
+		root.gate = newGate("bootstrap root")
 		log.Infof("bootstrap root listening on %v", ln.Addr())
-		go acceptLoop(ln)
+		go root.gate.serve(ln, serveConn)
 	})
 	return root.ln, root.err
 }
@@ -164,36 +175,37 @@ func getSockaddr(b []byte) (a *net.TCPAddr, ok bool, err error) {
 	}
 }
 
-func acceptLoop(ln net.Listener) {
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
-			log.Warnf("bootstrap root: accept: %v; no further ranks can join ids of this process", err)
-			return
-		}
-		go serveConn(conn)
+// helloTimeout bounds how long a connection may stay silent before it
+// presents itself: a stranger holds nothing for long. It also bounds a
+// write to a peer that stopped reading.
+const helloTimeout = 10 * time.Second
+
+// budget counts the bytes the root holds for its peers.
+type budget struct{ used atomic.Int64 }
+
+func (b *budget) take(n int) bool {
+	if b.used.Add(int64(n)) > rootBudget {
+		b.used.Add(-int64(n))
+		return false
 	}
+	return true
 }
 
-// helloTimeout bounds how long a connection may stay silent before it
-// presents itself: a stranger holds nothing for long.
-const helloTimeout = 10 * time.Second
+func (b *budget) give(n int) { b.used.Add(-int64(n)) }
 
 // rootWorld is one communicator forming (then running) at the root.
 type rootWorld struct {
-	secret uint64
-	n      int
+	key uint64
+	n   int
 
 	mu       sync.Mutex
-	ranks    []*rootRank
-	joined   int
+	ranks    map[int]*rootRank // those that arrived
+	order    []*rootRank       // by rank, once complete
 	complete bool
 	failed   error
 	timer    *time.Timer
-	gathers  map[uint64]*rootGather
+	done     uint64    // allgather rounds completed
+	round    rootRound // round done+1
 	left     int
 }
 
@@ -204,12 +216,16 @@ type rootRank struct {
 	pid  uint32
 	host string
 	sock string
-	gone bool // said bye or its connection closed
+	last uint64 // the last round this rank contributed to
+	gone bool   // said bye or its connection closed
 }
 
-type rootGather struct {
+// rootRound is the allgather in progress: every rank's payload (its bytes
+// alias it) and the budget they hold.
+type rootRound struct {
 	data [][]byte
 	in   int
+	held int
 }
 
 func (r *rootRank) send(typ byte, p []byte) error {
@@ -219,82 +235,121 @@ func (r *rootRank) send(typ byte, p []byte) error {
 	return writeFrame(r.conn, typ, p)
 }
 
+// sendOrDrop sends, and closes the connection of a rank that does not take
+// the frame: its reader then reports it lost, which fails the world.
+func (r *rootRank) sendOrDrop(typ byte, p []byte) {
+	if err := r.send(typ, p); err != nil {
+		log.Warnf("bootstrap root: %v does not take its frames (%v): dropped", r, err)
+		r.conn.Close()
+	}
+}
+
 func (r *rootRank) String() string {
 	return fmt.Sprintf("rank %d (pid %d on %s)", r.rank, r.pid, r.host)
 }
 
-func failPayload(err error) []byte {
-	var e enc
-	e.u32(uint32(result.Of(err)))
-	e.str(err.Error())
-	return e.b
-}
-
-func drop(conn net.Conn, why string, args ...any) {
-	log.Warnf("bootstrap root: dropped connection from %v: %s", conn.RemoteAddr(), fmt.Sprintf(why, args...))
-	conn.Close()
-}
-
 // serveConn reads one connection's hello, joins it to its world, then
 // serves its frames until it leaves.
-func serveConn(conn net.Conn) {
-	br := bufio.NewReader(conn)
-	conn.SetReadDeadline(time.Now().Add(helloTimeout))
-	typ, p, err := readFrame(br, maxHelloFrame)
+func serveConn(gc *gateConn) {
+	br := bufio.NewReader(gc)
+	gc.SetReadDeadline(time.Now().Add(helloTimeout))
+	typ, p, err := readFrame(br, maxHelloFrame, nil)
 	if err != nil {
-		drop(conn, "no valid hello: %v", err)
+		gc.refuse("no valid hello: %v", err)
 		return
 	}
-	d := dec{b: p}
-	magic, secret := d.u64(), d.u64()
-	n, rank, pid := int(int32(d.u32())), int(int32(d.u32())), d.u32()
-	host, sock := d.str(), d.str()
-	if typ != frHello || d.err != nil || magic != idMagic {
-		drop(conn, "not a cecoll bootstrap hello")
+	h, err := parseHello(p)
+	if typ != frHello || err != nil {
+		gc.refuse("not a cecoll bootstrap hello (frame type %d: %v)", typ, err)
 		return
 	}
+	if !h.sec.ours() {
+		gc.refuse("it did not present the secret of any unique id of this process")
+		return
+	}
+	if !gc.pass() {
+		return
+	}
+	conn := gc.Conn
+	conn.SetReadDeadline(time.Time{})
+	rr := &rootRank{rank: h.rank, conn: conn, pid: h.pid, host: h.host, sock: h.sock}
+	if err := h.validate(); err != nil {
+		// It holds the secret: tell it why.
+		log.Warnf("bootstrap root: refused a hello of pid %d: %v", h.pid, err)
+		rr.send(frFail, failPayload(err))
+		conn.Close()
+		return
+	}
+	w := formingWorld(h.sec.key, h.n)
+	if !w.join(rr, h.n) {
+		return
+	}
+	w.serve(rr, br)
+}
+
+// formingWorld returns the world forming for key, made on first use.
+func formingWorld(key uint64, n int) *rootWorld {
 	root.mu.Lock()
-	w, known := root.ids[secret]
-	if !known {
-		root.mu.Unlock()
-		drop(conn, "it did not present the secret of any unique id of this process")
-		return
+	defer root.mu.Unlock()
+	if w := root.forming[key]; w != nil {
+		return w
 	}
-	if n < 1 || rank < 0 || rank >= n {
-		root.mu.Unlock()
-		drop(conn, "rank %d of %d is out of range", rank, n)
-		return
+	if root.forming == nil {
+		root.forming = make(map[uint64]*rootWorld)
 	}
-	if w == nil {
-		w = &rootWorld{secret: secret, n: n, ranks: make([]*rootRank, n), gathers: make(map[uint64]*rootGather)}
-		timeout := bootTimeout()
-		w.timer = time.AfterFunc(timeout, func() { w.expire(timeout) })
-		root.ids[secret] = w
+	w := &rootWorld{key: key, n: n, ranks: make(map[int]*rootRank)}
+	timeout := bootTimeout()
+	w.timer = time.AfterFunc(timeout, func() { w.expire(timeout) })
+	root.forming[key] = w
+	return w
+}
+
+// forget takes w out of the forming worlds.
+func (w *rootWorld) forget() {
+	root.mu.Lock()
+	if root.forming[w.key] == w {
+		delete(root.forming, w.key)
 	}
 	root.mu.Unlock()
-	conn.SetReadDeadline(time.Time{})
-	rr := &rootRank{rank: rank, conn: conn, pid: pid, host: host, sock: sock}
-	if !w.join(rr, n) {
-		return
-	}
+}
+
+// serve takes rr's frames until it leaves. A frame that breaks the
+// protocol drops rr, which fails the world.
+func (w *rootWorld) serve(rr *rootRank, br *bufio.Reader) {
 	for {
-		typ, p, err := readFrame(br, maxFrame)
+		typ, p, err := readFrame(br, maxRankFrame, &root.budget)
 		if err != nil {
+			if errors.Is(err, errTooLarge) || errors.Is(err, errBudget) {
+				log.Warnf("bootstrap root: dropped %v: %v", rr, err)
+			}
 			w.lost(rr, err)
 			return
 		}
 		switch typ {
 		case frGather:
-			w.gather(rr, p)
+			seq, data, err := parseGather(p)
+			if err == nil {
+				err = w.gather(rr, seq, data, len(p))
+			}
+			if err != nil {
+				root.budget.give(len(p))
+				log.Warnf("bootstrap root: dropped %v: %v", rr, err)
+				w.lost(rr, err)
+				return
+			}
 		case frAbort:
-			d := dec{b: p}
-			code, msg := result.Code(d.u32()), d.str()
+			root.budget.give(len(p))
+			code, msg := parseFail(p)
 			w.abort(rr, result.Errorf(code, "%v aborted: %s", rr, msg))
 		case frBye:
+			root.budget.give(len(p))
 			w.bye(rr)
 			return
 		default:
-			w.lost(rr, fmt.Errorf("unexpected frame type %d", typ))
+			root.budget.give(len(p))
+			err := fmt.Errorf("unexpected frame type %d", typ)
+			log.Warnf("bootstrap root: dropped %v: %v", rr, err)
+			w.lost(rr, err)
 			return
 		}
 	}
@@ -305,17 +360,23 @@ func serveConn(conn net.Conn) {
 func (w *rootWorld) join(rr *rootRank, n int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil {
-		rr.send(frFail, failPayload(w.failed))
+	if w.complete {
+		// It came as the last rank arrived: a rank twice. The
+		// communicator formed without it and goes on.
+		err := result.Errorf(result.InvalidUsage, "bootstrap: rank %d claimed twice with one unique id, by pid %d on %s after the communicator formed", rr.rank, rr.pid, rr.host)
+		log.Warnf("%v", err)
+		rr.send(frFail, failPayload(err))
 		rr.conn.Close()
 		return false
 	}
-	switch {
-	case n != w.n:
-		w.failLocked(result.Errorf(result.InvalidArgument, "bootstrap: %v passed nranks %d, another rank passed %d with the same unique id", rr, n, w.n))
-	case w.ranks[rr.rank] != nil:
-		o := w.ranks[rr.rank]
-		w.failLocked(result.Errorf(result.InvalidUsage, "bootstrap: rank %d claimed twice with one unique id: by pid %d on %s and by pid %d on %s", rr.rank, o.pid, o.host, rr.pid, rr.host))
+	if w.failed == nil {
+		switch {
+		case n != w.n:
+			w.failLocked(result.Errorf(result.InvalidArgument, "bootstrap: %v passed nranks %d, another rank passed %d with the same unique id", rr, n, w.n))
+		case w.ranks[rr.rank] != nil:
+			o := w.ranks[rr.rank]
+			w.failLocked(result.Errorf(result.InvalidUsage, "bootstrap: rank %d claimed twice with one unique id: by pid %d on %s and by pid %d on %s", rr.rank, o.pid, o.host, rr.pid, rr.host))
+		}
 	}
 	if w.failed != nil {
 		rr.send(frFail, failPayload(w.failed))
@@ -323,95 +384,128 @@ func (w *rootWorld) join(rr *rootRank, n int) bool {
 		return false
 	}
 	w.ranks[rr.rank] = rr
-	w.joined++
-	if w.joined < w.n {
+	if len(w.ranks) < w.n {
 		return true
 	}
 	// Complete: answer everyone with the table; the id may form a new
 	// communicator from now on.
 	w.timer.Stop()
 	w.complete = true
-	root.mu.Lock()
-	if root.ids[w.secret] == w {
-		root.ids[w.secret] = nil
+	w.forget()
+	w.order = make([]*rootRank, w.n)
+	for r, rk := range w.ranks {
+		w.order[r] = rk
 	}
-	root.mu.Unlock()
-	var e enc
-	e.u32(uint32(w.n))
-	for _, r := range w.ranks {
-		e.u32(r.pid)
-		e.str(r.host)
-		e.str(r.sock)
-	}
-	for _, r := range w.ranks {
-		if err := r.send(frTable, e.b); err != nil {
-			log.Warnf("bootstrap root: sending the table to %v: %v", r, err)
-		}
+	table := encodeTable(w.order)
+	for _, r := range w.order {
+		r.sendOrDrop(frTable, table)
 	}
 	return true
 }
 
 // failLocked ends a forming world: every rank that joined gets err, and so
-// does every later arrival. w.mu held.
+// does every later arrival until the world's bootstrap timeout (so that a
+// late rank learns why rather than waiting). w.mu held.
 func (w *rootWorld) failLocked(err error) {
 	if w.failed != nil {
 		return
 	}
 	w.failed = err
-	w.timer.Stop()
 	log.Warnf("%v", err)
 	for _, r := range w.ranks {
-		if r != nil {
-			r.send(frFail, failPayload(err))
-			r.conn.Close()
-		}
+		r.send(frFail, failPayload(err))
+		r.conn.Close()
 	}
+	w.ranks = nil
+	w.releaseRoundLocked()
 }
 
 func (w *rootWorld) expire(d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.complete {
+	w.forget()
+	if w.complete || w.failed != nil {
 		return
 	}
 	var missing []int
-	for r, rr := range w.ranks {
-		if rr == nil {
+	for r := 0; r < w.n && len(missing) < 16; r++ {
+		if w.ranks[r] == nil {
 			missing = append(missing, r)
 		}
 	}
-	sort.Ints(missing)
-	w.failLocked(result.Errorf(result.RemoteError, "bootstrap: rank(s) %v of %d never arrived within %v (CECOLL_BOOTSTRAP_TIMEOUT)", missing, w.n, d))
+	more := ""
+	if rest := w.n - len(w.ranks) - len(missing); rest > 0 {
+		more = fmt.Sprintf(" and %d more", rest)
+	}
+	w.failLocked(result.Errorf(result.RemoteError, "bootstrap: rank(s) %v%s of %d never arrived within %v (CECOLL_BOOTSTRAP_TIMEOUT)", missing, more, w.n, d))
 }
 
-func (w *rootWorld) gather(rr *rootRank, p []byte) {
-	d := dec{b: p}
-	seq := d.u64()
-	data := d.bytes()
+// gather records rr's contribution to round seq; held is the budget its
+// payload took (released with the round). An error is a protocol breach:
+// every rank makes the same sequence of allgathers, each after the
+// previous one returned, so a contribution is always to round done+1 and
+// one per rank.
+func (w *rootWorld) gather(rr *rootRank, seq uint64, data []byte, held int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil || d.err != nil {
-		return
+	switch {
+	case w.failed != nil:
+		root.budget.give(held) // the world is dead: the bytes go nowhere
+		return nil
+	case !w.complete:
+		return fmt.Errorf("an allgather before every rank arrived")
+	case rr.last >= seq:
+		return fmt.Errorf("allgather #%d again", seq)
+	case seq != w.done+1:
+		return fmt.Errorf("allgather #%d while the communicator is at #%d", seq, w.done+1)
 	}
-	g := w.gathers[seq]
-	if g == nil {
-		g = &rootGather{data: make([][]byte, w.n)}
-		w.gathers[seq] = g
+	rd := &w.round
+	if rd.data == nil {
+		rd.data = make([][]byte, w.n)
 	}
-	g.data[rr.rank] = data
-	g.in++
-	if g.in < w.n {
-		return
+	rr.last = seq
+	rd.data[rr.rank] = data
+	rd.in++
+	rd.held += held
+	if rd.in < w.n {
+		return nil
 	}
-	delete(w.gathers, seq)
 	var e enc
+	size := 8
+	for _, b := range rd.data {
+		size += 4 + len(b)
+	}
+	if !root.budget.take(size) {
+		err := result.Errorf(result.SystemError, "bootstrap root: an allgather of %d ranks would hold more than %d MiB", w.n, rootBudget>>20)
+		log.Warnf("%v", err)
+		w.failed = err
+		w.broadcastLocked(nil, frAbort, failPayload(err))
+		w.releaseRoundLocked()
+		return nil
+	}
+	e.b = make([]byte, 0, size)
 	e.u64(seq)
-	for _, b := range g.data {
+	for _, b := range rd.data {
 		e.bytes(b)
 	}
-	for _, r := range w.ranks {
-		if !r.gone {
-			r.send(frGather, e.b)
+	w.done = seq
+	w.releaseRoundLocked()
+	w.broadcastLocked(nil, frGather, e.b)
+	root.budget.give(size)
+	return nil
+}
+
+// releaseRoundLocked gives back what the round in progress holds.
+func (w *rootWorld) releaseRoundLocked() {
+	root.budget.give(w.round.held)
+	w.round = rootRound{}
+}
+
+// broadcastLocked sends a frame to every rank still there but from.
+func (w *rootWorld) broadcastLocked(from *rootRank, typ byte, p []byte) {
+	for _, r := range w.order {
+		if r != from && !r.gone {
+			r.sendOrDrop(typ, p)
 		}
 	}
 }
@@ -427,16 +521,13 @@ func (w *rootWorld) abort(from *rootRank, err error) {
 	if w.failed == nil {
 		w.failed = err
 	}
-	p := failPayload(err)
-	for _, r := range w.ranks {
-		if r != from && !r.gone {
-			r.send(frAbort, p)
-		}
-	}
+	w.releaseRoundLocked()
+	w.broadcastLocked(from, frAbort, failPayload(err))
 }
 
 // lost handles a connection that closed without a bye: its process died
-// (or dropped the communicator without destroying it).
+// (or dropped the communicator without destroying it), or the root
+// dropped it for breaking the protocol.
 func (w *rootWorld) lost(rr *rootRank, cause error) {
 	w.mu.Lock()
 	gone := rr.gone
@@ -446,7 +537,7 @@ func (w *rootWorld) lost(rr *rootRank, cause error) {
 	if gone {
 		return
 	}
-	w.abort(rr, result.Errorf(result.RemoteError, "%v closed its bootstrap connection without destroying the communicator (process exited or was killed): %v", rr, cause))
+	w.abort(rr, result.Errorf(result.RemoteError, "%v closed its bootstrap connection without destroying the communicator (process exited or was killed) or was dropped by the root: %v", rr, cause))
 	w.leave()
 }
 
@@ -458,17 +549,13 @@ func (w *rootWorld) bye(rr *rootRank) {
 	w.leave()
 }
 
-// leave forgets the world once every rank has gone.
+// leave counts a rank out; the last one releases what the world holds
+// (nothing refers to a complete world but its ranks' goroutines).
 func (w *rootWorld) leave() {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.left++
-	all := w.complete && w.left == w.n
-	w.mu.Unlock()
-	if all {
-		root.mu.Lock()
-		if root.ids[w.secret] == w {
-			root.ids[w.secret] = nil
-		}
-		root.mu.Unlock()
+	if w.complete && w.left == w.n {
+		w.releaseRoundLocked()
 	}
 }

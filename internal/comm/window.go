@@ -28,6 +28,7 @@ type Window struct {
 	flags    int
 	internal bool // the engine's own (sync flags, staging)
 	peers    []hip.DevicePtr
+	reach    uintptr // the smallest window of all ranks: copies go no further
 	live     atomic.Bool
 	dead     bool // deregistered (under c.winMu)
 }
@@ -37,8 +38,9 @@ var _ ce.Window = (*Window)(nil)
 // Base implements ce.Window.
 func (w *Window) Base() hip.DevicePtr { return w.base }
 
-// Size implements ce.Window.
-func (w *Window) Size() uintptr { return w.size }
+// Size implements ce.Window: the bytes every rank's window holds (its
+// peers' may be smaller than this rank's).
+func (w *Window) Size() uintptr { return w.reach }
 
 // PeerBase implements ce.Window.
 func (w *Window) PeerBase(peer int) hip.DevicePtr { return w.peers[peer] }
@@ -77,6 +79,9 @@ func (c *Comm) DeregisterWindow(cw ce.Window) error {
 func (c *Comm) WindowRegister(p hip.DevicePtr, size uintptr, flags int) (*Window, error) {
 	if st := c.state(); st != stReady && st != stInit {
 		return nil, c.usable("ncclCommWindowRegister")
+	}
+	if err := c.failedAsync("ncclCommWindowRegister"); err != nil {
+		return nil, err
 	}
 	w := &Window{c: c, base: p, size: size, flags: flags}
 	if g := currentGroup(); g != nil {
@@ -198,10 +203,22 @@ func (c *Comm) register(w *Window) error {
 			return result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused)
 		}
 	}
+	sizes := make([]uintptr, len(all))
+	for r, m := range all {
+		sizes[r] = uintptr(binary.LittleEndian.Uint64(m[8:]))
+	}
+	reach, err := reachOf(w, sizes)
+	if err != nil {
+		c.winMu.Lock()
+		c.removeLocked(w)
+		c.winMu.Unlock()
+		return err
+	}
 	w.peers = make([]hip.DevicePtr, len(all))
 	for r, m := range all {
 		w.peers[r] = hip.DevicePtr(binary.LittleEndian.Uint64(m[0:]))
 	}
+	w.reach = reach
 	w.live.Store(true)
 	return nil
 }
@@ -238,7 +255,7 @@ func (c *Comm) FindWindow(p hip.DevicePtr, n uintptr) (ce.Window, bool) {
 		return nil, false
 	}
 	w := c.wins[lo-1]
-	if !w.live.Load() || uintptr(p)+n > uintptr(w.base)+w.size || uintptr(p)+n < uintptr(p) {
+	if !w.live.Load() || uintptr(p)+n > uintptr(w.base)+w.reach || uintptr(p)+n < uintptr(p) {
 		return nil, false
 	}
 	if !w.internal && w.flags&WinCollSymmetric == 0 {

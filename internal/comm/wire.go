@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+
+	"cecoll/internal/result"
 )
 
 // Frames of the TCP bootstrap: u32 payload length (little-endian), u8
@@ -20,11 +23,40 @@ const (
 	frBye    byte = 6 // rank -> root: clean departure
 )
 
-// Size limits on what a peer may make us allocate.
+// Limits on what a peer may make this process hold. Every payload below
+// is decoded by a pure function (parseXxx) that checks each number against
+// them before anything is allocated; the fuzz targets (fuzz_test.go) run
+// those functions.
 const (
 	maxHelloFrame = 4096
-	maxFrame      = 64 << 20
+	// maxGatherBytes is the most one rank contributes to an allgather
+	// (window registration sends 33 bytes).
+	maxGatherBytes = 64 << 10
+	// maxRankFrame is the most a rank sends the root in one frame after
+	// its hello: a gather (seq, length, data) or an abort's text.
+	maxRankFrame = maxGatherBytes + 64
+	// maxHost and maxSock bound a hello's strings: a host name, and an
+	// abstract socket name (108 bytes of sun_path, the leading NUL
+	// written "@").
+	maxHost = 255
+	maxSock = 107
+	// maxText bounds a failure's text as relayed.
+	maxText = 4096
+	// rootBudget bounds the bytes the root holds for all its peers at
+	// once: frames being read, contributions to allgathers in progress
+	// and their results being sent.
+	rootBudget = 256 << 20
 )
+
+// MaxRanks bounds nranks (ncclCommInitRank, a hello): large communicators
+// stay possible while no number from a caller or a peer makes the root
+// reserve memory for ranks that have not arrived.
+const MaxRanks = 1 << 16
+
+// sockPrefix starts every fd-passing socket name (fdpass.go); a table
+// entry naming anything else would make its peers connect, and present
+// the id's secret, elsewhere.
+const sockPrefix = "@cecoll-"
 
 func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	b := make([]byte, 5+len(payload))
@@ -35,27 +67,42 @@ func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	return err
 }
 
-func readFrame(r *bufio.Reader, limit int) (byte, []byte, error) {
+// readFrame reads one frame of at most limit payload bytes. With a budget,
+// the payload's bytes are taken from it before they are allocated
+// (errBudget when it has not enough) and the caller owns them on success.
+func readFrame(r *bufio.Reader, limit int, b *budget) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
 	if int64(n) > int64(limit) {
-		return 0, nil, fmt.Errorf("frame of %d bytes exceeds the limit of %d", n, limit)
+		return 0, nil, fmt.Errorf("%w: %d bytes, at most %d", errTooLarge, n, limit)
+	}
+	if b != nil && !b.take(int(n)) {
+		return 0, nil, errBudget
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(r, p); err != nil {
+		if b != nil {
+			b.give(int(n))
+		}
 		return 0, nil, err
 	}
 	return h[4], p, nil
 }
+
+var (
+	errTooLarge = errors.New("frame too large")
+	errBudget   = fmt.Errorf("the root holds %d MiB for its peers already", rootBudget>>20)
+)
 
 // enc builds a payload.
 type enc struct{ b []byte }
 
 func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
 func (e *enc) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
+func (e *enc) raw(v []byte) { e.b = append(e.b, v...) }
 func (e *enc) bytes(v []byte) {
 	e.u32(uint32(len(v)))
 	e.b = append(e.b, v...)
@@ -94,5 +141,226 @@ func (d *dec) u64() uint64 {
 	return 0
 }
 
-func (d *dec) bytes() []byte { return d.take(int(d.u32())) }
-func (d *dec) str() string   { return string(d.bytes()) }
+// bytes reads a length-prefixed field; a length beyond the payload fails
+// before anything is allocated (the field aliases the payload).
+func (d *dec) bytes() []byte {
+	n := d.u32()
+	if uint64(n) > uint64(len(d.b)) {
+		d.err = firstNonNil(d.err, errShort)
+		return nil
+	}
+	return d.take(int(n))
+}
+
+// strMax reads a string of at most max bytes.
+func (d *dec) strMax(max int, what string) string {
+	b := d.bytes()
+	if d.err == nil && len(b) > max {
+		d.err = fmt.Errorf("%s of %d bytes (at most %d)", what, len(b), max)
+	}
+	return string(b)
+}
+
+// end fails when bytes are left over: every payload has one exact form.
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d bytes after the payload", len(d.b))
+	}
+	return d.err
+}
+
+// hello is a rank's first frame.
+type hello struct {
+	sec     secret
+	n, rank int
+	pid     uint32
+	host    string
+	sock    string
+}
+
+func (h *hello) encode() []byte {
+	var e enc
+	e.u64(idMagic)
+	e.u64(h.sec.key)
+	e.raw(h.sec.tag[:])
+	e.u32(uint32(h.n))
+	e.u32(uint32(h.rank))
+	e.u32(h.pid)
+	e.str(h.host)
+	e.str(h.sock)
+	return e.b
+}
+
+// parseHello reads a hello's fields; it checks their form, not their
+// values (validate does, once the secret is proven).
+func parseHello(p []byte) (hello, error) {
+	d := dec{b: p}
+	var h hello
+	magic := d.u64()
+	h.sec.key = d.u64()
+	copy(h.sec.tag[:], d.take(tagBytes))
+	h.n, h.rank, h.pid = int(int32(d.u32())), int(int32(d.u32())), d.u32()
+	h.host = d.strMax(maxHost, "host name")
+	h.sock = d.strMax(maxSock, "socket name")
+	if err := d.end(); err != nil {
+		return hello{}, err
+	}
+	if magic != idMagic {
+		return hello{}, fmt.Errorf("bad magic %#x", magic)
+	}
+	return h, nil
+}
+
+// validate checks what a hello claims: a rank of a communicator of at most
+// MaxRanks ranks, and a socket of this library's.
+func (h *hello) validate() error {
+	switch {
+	case h.n < 1 || h.n > MaxRanks:
+		return result.Errorf(result.InvalidArgument, "bootstrap: nranks %d is outside 1..%d", h.n, MaxRanks)
+	case h.rank < 0 || h.rank >= h.n:
+		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d is outside 0..%d", h.rank, h.n-1)
+	case !validSock(h.sock):
+		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d names the socket %q, not one of cecoll's", h.rank, h.sock)
+	case !printable(h.host):
+		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d names the host %q", h.rank, h.host)
+	}
+	return nil
+}
+
+func validSock(s string) bool {
+	return strings.HasPrefix(s, sockPrefix) && len(s) <= maxSock && printable(s)
+}
+
+// printable reports whether s is printable ASCII: a peer's names end up in
+// log lines, where a newline would forge one.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// clean makes a peer's text safe for a log line: valid UTF-8, no control
+// characters.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
+
+// encodeTable is the root's answer once every rank arrived.
+func encodeTable(ranks []*rootRank) []byte {
+	var e enc
+	e.u32(uint32(len(ranks)))
+	for _, r := range ranks {
+		e.u32(r.pid)
+		e.str(r.host)
+		e.str(r.sock)
+	}
+	return e.b
+}
+
+// parseTable reads the table of an n-rank communicator.
+func parseTable(p []byte, n int) ([]peerInfo, error) {
+	d := dec{b: p}
+	if got := d.u32(); d.err == nil && int64(got) != int64(n) {
+		return nil, fmt.Errorf("a table of %d ranks, want %d", got, n)
+	}
+	// Each entry takes 12 bytes at least: no allocation beyond what came.
+	if d.err != nil || len(d.b)/12 < n {
+		return nil, errShort
+	}
+	table := make([]peerInfo, n)
+	for i := range table {
+		table[i] = peerInfo{pid: d.u32(), host: d.strMax(maxHost, "host name"), sock: d.strMax(maxSock, "socket name")}
+		if d.err == nil && !validSock(table[i].sock) {
+			return nil, fmt.Errorf("rank %d names the socket %q, not one of cecoll's", i, table[i].sock)
+		}
+		if d.err == nil && !printable(table[i].host) {
+			return nil, fmt.Errorf("rank %d names the host %q", i, table[i].host)
+		}
+	}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return table, nil
+}
+
+// encodeGather is a rank's contribution to round seq.
+func encodeGather(seq uint64, data []byte) []byte {
+	var e enc
+	e.u64(seq)
+	e.bytes(data)
+	return e.b
+}
+
+// parseGather reads a rank's contribution.
+func parseGather(p []byte) (uint64, []byte, error) {
+	d := dec{b: p}
+	seq := d.u64()
+	data := d.bytes()
+	if err := d.end(); err != nil {
+		return 0, nil, err
+	}
+	if len(data) > maxGatherBytes {
+		return 0, nil, fmt.Errorf("an allgather contribution of %d bytes (at most %d)", len(data), maxGatherBytes)
+	}
+	return seq, data, nil
+}
+
+// gatherReplyLimit bounds the root's answer to an allgather of n ranks.
+func gatherReplyLimit(n int) int {
+	return int(min(int64(n)*(4+maxGatherBytes)+8, rootBudget))
+}
+
+// parseGatherReply reads the root's answer: seq and every rank's bytes.
+func parseGatherReply(p []byte, n int) (uint64, [][]byte, error) {
+	d := dec{b: p}
+	seq := d.u64()
+	if d.err != nil || len(d.b)/4 < n {
+		return 0, nil, errShort
+	}
+	all := make([][]byte, n)
+	for r := range all {
+		all[r] = d.bytes()
+		if d.err == nil && len(all[r]) > maxGatherBytes {
+			return 0, nil, fmt.Errorf("rank %d's part of %d bytes (at most %d)", r, len(all[r]), maxGatherBytes)
+		}
+	}
+	if err := d.end(); err != nil {
+		return 0, nil, err
+	}
+	return seq, all, nil
+}
+
+func failPayload(err error) []byte {
+	var e enc
+	e.u32(uint32(result.Of(err)))
+	msg := err.Error()
+	if len(msg) > maxText {
+		msg = msg[:maxText]
+	}
+	e.str(msg)
+	return e.b
+}
+
+// parseFail reads a failure (frFail, frAbort). A peer chooses the code, so
+// only an error code of ncclResult_t passes; anything else, or a frame
+// that does not parse, is ncclRemoteError.
+func parseFail(p []byte) (result.Code, string) {
+	d := dec{b: p}
+	code := result.Code(d.u32())
+	msg := d.strMax(maxText, "failure text")
+	if d.end() != nil {
+		return result.RemoteError, "a peer sent a malformed failure frame"
+	}
+	if code < result.UnhandledCudaError || code > result.RemoteError {
+		code = result.RemoteError
+	}
+	return code, clean(msg)
+}

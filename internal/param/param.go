@@ -73,6 +73,11 @@ type Param[T any] struct {
 type entry interface {
 	Info() Info
 	reset()
+	// Untyped Get, Err and Parse, for tests over every parameter.
+	getAny() any
+	Err() error
+	parseAny(s string) (any, error)
+	defaultAny() any
 }
 
 // all lists the parameters in declaration order (params.go).
@@ -110,6 +115,12 @@ func (p *Param[T]) reset() {
 
 // Info describes the parameter.
 func (p *Param[T]) Info() Info { return p.info }
+
+func (p *Param[T]) getAny() any { return p.Get() }
+
+func (p *Param[T]) parseAny(s string) (any, error) { return p.Parse(s) }
+
+func (p *Param[T]) defaultAny() any { return p.def }
 
 // Name is the variable's name.
 func (p *Param[T]) Name() string { return p.info.Name }

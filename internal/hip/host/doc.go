@@ -12,10 +12,12 @@
 //
 // # Memory
 //
-// MemAlloc creates a memfd, sizes it to whole pages and maps it shared; the
-// allocation remembers the current device. MemExport returns a dup of the
-// memfd; MemImport maps such an fd (another process's allocation, marked
-// imported; MemFree unmaps it). MemGetAddressRange knows these two kinds
+// MemAlloc creates a memfd, sizes it to whole pages, seals its size
+// (internal/memfd) and maps it shared; the allocation remembers the
+// current device. MemExport returns a dup of the memfd; MemImport maps
+// such an fd (another process's allocation, marked imported; MemFree
+// unmaps it) once it has checked that it is a memfd sealed against
+// shrinking and long enough. MemGetAddressRange knows these two kinds
 // (ErrNotFound for other addresses). Inside a process every host address is
 // device memory: copies and memops accept malloc'd or Go buffers (pinned by
 // the caller), but only MemAlloc'd memory crosses processes. Memset and

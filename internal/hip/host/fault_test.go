@@ -12,6 +12,7 @@ import (
 
 	"cecoll/internal/hip"
 	"cecoll/internal/hip/hiptest"
+	"cecoll/internal/memfd"
 )
 
 // unmapped returns the address of a page that is not mapped (a copy of
@@ -22,7 +23,7 @@ func unmapped(t *testing.T) uintptr { return uintptr(hiptest.UnmappedPage(t)) }
 // end of its file: touching it raises SIGBUS, not SIGSEGV.
 func pastEOF(t *testing.T) uintptr {
 	t.Helper()
-	fd, err := memfdCreate(pageSize)
+	fd, err := memfd.Create("cecoll-test", int64(pageSize))
 	require.NoError(t, err)
 	m, err := syscall.Mmap(fd, 0, int(2*pageSize), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	syscall.Close(fd)

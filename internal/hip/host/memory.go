@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 	"unsafe"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/memfd"
 )
 
 // allocation is one MemAlloc'd or MemImport'ed mapping.
@@ -95,7 +97,8 @@ var pageSize = uintptr(syscall.Getpagesize())
 func roundPage(n uintptr) uintptr { return (n + pageSize - 1) &^ (pageSize - 1) }
 
 // MemAlloc implements hip.Runtime: a memfd mapped shared, so MemExport can
-// hand it to another process.
+// hand it to another process; sealed at its size, so no process holding it
+// can shrink it under another's mapping.
 func (rt *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 	if size == 0 {
 		return 0, hip.ErrInvalidValue
@@ -104,7 +107,7 @@ func (rt *Runtime) MemAlloc(size uintptr) (hip.DevicePtr, error) {
 		return 0, err
 	}
 	size = roundPage(size)
-	fd, err := memfdCreate(size)
+	fd, err := memfd.Create("cecoll", int64(size))
 	if err != nil {
 		return 0, hip.ErrOutOfMemory
 	}
@@ -159,19 +162,20 @@ func (rt *Runtime) MemExport(p hip.DevicePtr) (int, error) {
 
 // MemImport implements hip.Runtime: maps another process's (or this one's)
 // exported allocation. The mapping belongs to the current device and is
-// marked imported; MemFree unmaps it.
+// marked imported; MemFree unmaps it. The fd comes from a peer, so it is
+// checked first: a memfd sealed against shrinking (ErrInvalidHandle
+// otherwise) and at least size bytes long (ErrInvalidValue), since
+// touching a mapping past the end of its file raises SIGBUS.
 func (rt *Runtime) MemImport(fd int, size uintptr) (hip.DevicePtr, error) {
-	if fd < 0 || size == 0 {
+	if fd < 0 || size == 0 || size > 1<<62 {
 		return 0, hip.ErrInvalidValue
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return 0, hip.ErrInvalidHandle
 	}
 	size = roundPage(size)
-	if uintptr(st.Size) < size {
-		// Touching a mapping past the end of the file raises SIGBUS.
-		return 0, hip.ErrInvalidValue
+	if err := memfd.Check(fd, int64(size)); err != nil {
+		if errors.Is(err, memfd.ErrTooSmall) {
+			return 0, hip.ErrInvalidValue
+		}
+		return 0, hip.ErrInvalidHandle
 	}
 	m, err := syscall.Mmap(fd, 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {

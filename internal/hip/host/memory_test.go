@@ -1,12 +1,14 @@
 package host
 
 import (
+	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/memfd"
 )
 
 func TestMemAllocAndRange(t *testing.T) {
@@ -71,6 +73,46 @@ func TestMemExportImport(t *testing.T) {
 	_, err = rt.MemImport(fd, 4*pageSize)
 	require.Equal(t, hip.ErrInvalidValue, err, "larger than the exported file")
 	closeFD(t, fd)
+}
+
+// MemImport maps only what a peer cannot pull from under the mapping: a
+// memfd sealed against shrinking (MemAlloc's are) and as long as the size
+// claimed. An unsealed memfd, shrunk by its owner after the import, would
+// kill this process with SIGBUS at the next access.
+func TestMemImportChecksPeerFD(t *testing.T) {
+	rt := newRT(t, Config{Devices: 1})
+	p := alloc(t, rt, pageSize)
+	fd, err := rt.MemExport(p)
+	require.NoError(t, err)
+	require.ErrorIs(t, syscall.Ftruncate(fd, 0), syscall.EPERM, "an exported allocation cannot shrink")
+	closeFD(t, fd)
+
+	name := []byte("unsealed\x00")
+	raw, _, e := syscall.Syscall(319 /* memfd_create */, uintptr(unsafe.Pointer(&name[0])), 1, 0)
+	require.Zero(t, e)
+	unsealed := int(raw)
+	defer closeFD(t, unsealed)
+	require.NoError(t, syscall.Ftruncate(unsealed, int64(pageSize)))
+	_, err = rt.MemImport(unsealed, pageSize)
+	require.Equal(t, hip.ErrInvalidHandle, err, "unsealed memfd")
+
+	var pipe [2]int
+	require.NoError(t, syscall.Pipe(pipe[:]))
+	defer closeFD(t, pipe[0])
+	defer closeFD(t, pipe[1])
+	_, err = rt.MemImport(pipe[0], pageSize)
+	require.Equal(t, hip.ErrInvalidHandle, err, "pipe")
+
+	small, err := memfd.Create("small", int64(pageSize))
+	require.NoError(t, err)
+	defer closeFD(t, small)
+	_, err = rt.MemImport(small, 2*pageSize)
+	require.Equal(t, hip.ErrInvalidValue, err, "smaller than claimed")
+	_, err = rt.MemImport(small, ^uintptr(0))
+	require.Equal(t, hip.ErrInvalidValue, err, "a size that wraps when rounded")
+	q, err := rt.MemImport(small, pageSize)
+	require.NoError(t, err)
+	require.NoError(t, rt.MemFree(q))
 }
 
 func TestMemsetMemcpy(t *testing.T) {

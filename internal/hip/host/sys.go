@@ -8,14 +8,12 @@ import (
 	"unsafe"
 )
 
-// Linux amd64 system call numbers and flags that package syscall does not
+// Linux amd64 system call numbers that package syscall does not
 // name (golang.org/x/sys is not a dependency).
 const (
-	sysMemfdCreate = 319
-	sysFutex       = 202
-	mfdCloexec     = 0x1
-	futexWaitOp    = 0 // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: works across processes
-	futexWakeOp    = 1
+	sysFutex    = 202
+	futexWaitOp = 0 // FUTEX_WAIT without FUTEX_PRIVATE_FLAG: works across processes
+	futexWakeOp = 1
 )
 
 // ptr turns a device address into a pointer. The double indirection keeps
@@ -26,20 +24,6 @@ func ptr(a uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&a
 func bytesAt(a, n uintptr) []byte { return unsafe.Slice((*byte)(ptr(a)), n) }
 
 func word(a uintptr) *uint32 { return (*uint32)(ptr(a)) }
-
-// memfdCreate returns a new anonymous memory file of size bytes.
-func memfdCreate(size uintptr) (int, error) {
-	name := [...]byte{'c', 'e', 'c', 'o', 'l', 'l', 0}
-	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
-	if e != 0 {
-		return -1, e
-	}
-	if err := syscall.Ftruncate(int(fd), int64(size)); err != nil {
-		syscall.Close(int(fd))
-		return -1, err
-	}
-	return int(fd), nil
-}
 
 // futexWait sleeps while *addr == val, at most d. Spurious returns are fine:
 // callers re-check their condition.

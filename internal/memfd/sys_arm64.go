@@ -1,4 +1,4 @@
-package comm
+package memfd
 
 // sysMemfdCreate is memfd_create's number on linux/arm64.
 const sysMemfdCreate = 279
