@@ -23,7 +23,7 @@ RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants
+.PHONY: all run plot bench-mpi test test-layout test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -36,17 +36,17 @@ $(BUILD)/include/%.h: include/%.h
 	@mkdir -p $(BUILD)/include
 	cp $< $@
 
-$(PERF): bench/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
+$(PERF): tools/perf/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
 # Issue 5's OpenMPI baseline: built only where mpicc exists (Debian: openmpi-bin libopenmpi-dev).
 MPICC ?= mpicc
 MPIBENCH := $(BUILD)/mpi-coll-bench
-$(MPIBENCH): bench/mpi/mpi_coll_bench.c
+$(MPIBENCH): lab/mpi/mpi_coll_bench.c
 	@mkdir -p $(BUILD)
 	$(MPICC) -O2 -Wall -Werror -o $@ $<
 
-# Builds the MPI baseline where mpicc exists (loud skip otherwise); bench/mpi/compare.sh runs the comparison.
+# Builds the MPI baseline where mpicc exists (loud skip otherwise); lab/mpi/compare.sh runs the comparison.
 bench-mpi: all $(PERF)
 	@if command -v $(MPICC) >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(MPIBENCH); \
@@ -68,8 +68,16 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-go test-race test-chaos test-c test-python
+test: test-layout test-go test-race test-chaos test-c test-python
 	@echo "make test: all parts passed"
+
+# The product tree never refers to lab/ (measurement tooling, lab/README.md).
+PRODUCT_DIRS := export internal include ctests python
+test-layout:
+	@if grep -rnIE '(^|[^A-Za-z0-9_.-])lab/' $(PRODUCT_DIRS); then \
+	  echo "test-layout: the lines above refer to lab/ from the product tree"; exit 1; \
+	fi
+	@echo "test-layout: no product file refers to lab/"
 
 test-go:
 	$(GO) vet ./...

@@ -6,7 +6,7 @@ set -u
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp}; R=/tmp/res; mkdir -p $R
 export CECOLL_BACKEND=nvidia NCCL_NVLS_ENABLE=0
-gcc -O2 -Wall -o /tmp/hostcost bench/h200/hostcost.c -ldl -lpthread
+gcc -O2 -Wall -o /tmp/hostcost lab/h200/hostcost.c -ldl -lpthread
 for b in new old new old; do
   dir=build; [ $b = old ] && dir=build/old
   for n in 4 8; do

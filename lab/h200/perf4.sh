@@ -13,7 +13,7 @@ T0=$(date +%s)
 BUDGET=${PERF_BUDGET:-550}
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 ok() { [ "$(left)" -gt "${1:-30}" ] || { echo "SKIP (budget): $2"; return 1; }; }
-gcc -O2 -Wall -o /tmp/hostcost bench/h200/hostcost.c -ldl -lpthread || echo "hostcost build failed"
+gcc -O2 -Wall -o /tmp/hostcost lab/h200/hostcost.c -ldl -lpthread || echo "hostcost build failed"
 
 echo "== 1. the issue's -N 8 eager sweep, new build"
 s=$(date +%s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""summary.py OUT: the issue-7 tables from the logs bench/multigpu/run.sh left in OUT.
+"""summary.py OUT: the issue-7 tables from the logs lab/multigpu/run.sh left in OUT.
 
 Reads the CEIL lines of ceil.log, the ROW lines of perf_*.log (ncclcmp), the
 JSON of cecoll-perf (cperf_*.json) and the OVERLAP lines of overlap_*.log,

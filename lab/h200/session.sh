@@ -1,15 +1,15 @@
 #!/bin/bash
 # session.sh: every single-GPU measurement the open issues need, in one run on
-# the H200 device machine (bench/h200/README.md), from the repository root,
+# the H200 device machine (lab/h200/README.md), from the repository root,
 # with build/ carried (libcecoll.so, cecoll-perf, ctests/test_*; that machine
 # has no Go). Logs go under $OUT; a SUMMARY block comes last (also
 # $OUT/SUMMARY.txt).
 #
 # Steps, in run order (SESSION_STEPS picks some, e.g. "D3 D2"):
 #   D3  issue 6: host cost of one 4-rank AllGather, cecoll vs the same driver
-#       calls from C (bench/h200/hostcost.c), 8 B and 64 KiB
+#       calls from C (lab/h200/hostcost.c), 8 B and 64 KiB
 #   D5  issue 6: where D3's extra host time goes: hostcost at 8 B under
-#       bench/h200/cushim.c (a counting libcuda.so.1), defaults and
+#       lab/h200/cushim.c (a counting libcuda.so.1), defaults and
 #       allpairs/value: driver calls, time inside the driver and outside it
 #       per collective, per side, and per symbol
 #   D2  issue 6: 8 B per rank, graph replay, N=2,4,8, for CECOLL_SYNC x
@@ -26,7 +26,7 @@
 #       abstract sockets before and after
 #   C   issue 5: the Python tests (pytest), and a CUDA-tensor smoke test of
 #       the binding (2 and 4 processes, all four collectives, a window)
-#   D4  issue 6: overlap (bench/gpu/ncclcmp.c overlap), where that file exists
+#   D4  issue 6: overlap (lab/gpu/ncclcmp.c overlap), where that file exists
 #
 # Knobs (environment):
 #   OUT              log folder (default /tmp/cecoll_session)
@@ -174,7 +174,7 @@ if [ "$NVIDIA" = 1 ]; then
   fi
   if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' && ! ls /usr/local/nvidia/lib64/libcuda.so.1 >/dev/null 2>&1; then
     echo "!! no NVIDIA driver (libcuda.so.1) here: every nvidia step will fail."
-    echo "!! For a plumbing check without a GPU: SESSION_BACKEND=host bash bench/h200/session.sh"
+    echo "!! For a plumbing check without a GPU: SESSION_BACKEND=host bash lab/h200/session.sh"
   fi
 fi
 missing=
@@ -193,24 +193,24 @@ HOSTCOST=
 CBENCH=
 NCCLCMP=
 if [ "$NVIDIA" = 1 ]; then
-  if gcc -O2 -Wall -o "$BIN/hostcost" bench/h200/hostcost.c -ldl -lpthread >"$OUT/build_hostcost.log" 2>&1; then
+  if gcc -O2 -Wall -o "$BIN/hostcost" lab/h200/hostcost.c -ldl -lpthread >"$OUT/build_hostcost.log" 2>&1; then
     HOSTCOST=$BIN/hostcost
   else
     echo "!! hostcost did not build (see $OUT/build_hostcost.log)"
   fi
-  if gcc -O2 -Wall -I"$CUDA/include" bench/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L"$CUDA/lib64/stubs" -lcuda \
+  if gcc -O2 -Wall -I"$CUDA/include" lab/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L"$CUDA/lib64/stubs" -lcuda \
     >"$OUT/build_cbench.log" 2>&1 ||
-    gcc -O2 -Wall -I"$CUDA/include" bench/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L/usr/local/nvidia/lib64 \
+    gcc -O2 -Wall -I"$CUDA/include" lab/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L/usr/local/nvidia/lib64 \
       -l:libcuda.so.1 >>"$OUT/build_cbench.log" 2>&1; then
     CBENCH=$BIN/cecoll_cbench
   else
     echo "!! cecoll_cbench did not build (see $OUT/build_cbench.log)"
   fi
-  if [ -f bench/gpu/ncclcmp.c ]; then
-    if gcc -O2 -I include -o "$BIN/ncclcmp" bench/gpu/ncclcmp.c -ldl -lpthread >"$OUT/build_ncclcmp.log" 2>&1; then
+  if [ -f lab/gpu/ncclcmp.c ]; then
+    if gcc -O2 -I include -o "$BIN/ncclcmp" lab/gpu/ncclcmp.c -ldl -lpthread >"$OUT/build_ncclcmp.log" 2>&1; then
       NCCLCMP=$BIN/ncclcmp
     else
-      echo "!! bench/gpu/ncclcmp.c did not build (see $OUT/build_ncclcmp.log)"
+      echo "!! lab/gpu/ncclcmp.c did not build (see $OUT/build_ncclcmp.log)"
     fi
   fi
 fi
@@ -252,8 +252,8 @@ if want D5; then
   if [ -z "$HOSTCOST" ]; then
     skip_step D5 "hostcost under cushim" "needs the nvidia backend and a built hostcost"
   elif ! { mkdir -p "$BIN/cushim" &&
-    gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BIN/cushim/libcuda.so.1" bench/h200/cushim.c \
-      -ldl -lpthread && gcc -O2 -Wall -Wextra -DCUSHIM_BENCH -o "$BIN/cushim_bench" bench/h200/cushim.c -ldl; } \
+    gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BIN/cushim/libcuda.so.1" lab/h200/cushim.c \
+      -ldl -lpthread && gcc -O2 -Wall -Wextra -DCUSHIM_BENCH -o "$BIN/cushim_bench" lab/h200/cushim.c -ldl; } \
     >"$OUT/d5/build_cushim.log" 2>&1; then
     skip_step D5 "hostcost under cushim" "cushim.c did not build (d5/build_cushim.log)"
     cat "$OUT/d5/build_cushim.log"
@@ -508,15 +508,15 @@ if want D4; then
   if [ "$NVIDIA" != 1 ]; then
     skip_step D4 "ncclcmp overlap" "needs the nvidia backend"
   elif [ -n "$NCCLCMP" ]; then
-    # CLI of bench/gpu/ncclcmp.c (its header): -L library, --ce = ncclMemAlloc
+    # CLI of lab/gpu/ncclcmp.c (its header): -L library, --ce = ncclMemAlloc
     # buffers in registered windows (cecoll's zero-copy path), -W watchdog.
     run_step D4 "ncclcmp overlap -L libcecoll.so --ce -N 4" 90 "$OUT/d4/overlap.txt" \
       "$NCCLCMP" overlap -L "$LIB" -l cecoll --ce -N 4 -W 60
     grep -E '^OVERLAP' "$OUT/d4/overlap.txt"
-  elif [ -f bench/gpu/ncclcmp.c ]; then
-    skip_step D4 "ncclcmp overlap" "bench/gpu/ncclcmp.c did not build here"
+  elif [ -f lab/gpu/ncclcmp.c ]; then
+    skip_step D4 "ncclcmp overlap" "lab/gpu/ncclcmp.c did not build here"
   else
-    skip_step D4 "ncclcmp overlap" "bench/gpu/ncclcmp.c not in the tree"
+    skip_step D4 "ncclcmp overlap" "lab/gpu/ncclcmp.c not in the tree"
   fi
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5: cecoll-perf against OpenMPI over shared memory, measured in one run.
 #
-#   bash bench/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
+#   bash lab/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
 #
 # For N = 2 and 4 ranks: cecoll-perf -N N (ranks in one process), cecoll-perf
 # -P N (one process per rank) and mpirun -np N mpi-coll-bench, at 8 B, 16 MiB

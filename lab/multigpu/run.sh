@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bench/multigpu/run.sh: issue 7 in one device call, on a host with 1, 2, 4 or
+# lab/multigpu/run.sh: issue 7 in one device call, on a host with 1, 2, 4 or
 # 8 GPUs. Run from the repository root with the prebuilt files carried along
 # (that machine has no Go): build/libcecoll.so, build/cecoll-perf,
-# build/ctests/test_*, and the sources under bench/ and include/.
+# build/ctests/test_*, and the sources under lab/ and include/.
 #
-#   bash bench/multigpu/run.sh                 everything, logs in $OUT (default /tmp/out)
-#   QUICK=1 bash bench/multigpu/run.sh         fewer sizes and iterations
-#   SKIP=ctests,multiproc,cperf,graph,overlap,extra bash bench/multigpu/run.sh   (any of these)
+#   bash lab/multigpu/run.sh                 everything, logs in $OUT (default /tmp/out)
+#   QUICK=1 bash lab/multigpu/run.sh         fewer sizes and iterations
+#   SKIP=ctests,multiproc,cperf,graph,overlap,extra bash lab/multigpu/run.sh   (any of these)
 #
 # Steps (each under `timeout`, its seconds printed; the whole run stays
 # inside BUDGET seconds: a step that would not fit is skipped and says so):
@@ -148,7 +148,7 @@ mkdir -p "$ROOT/build/gpu"
 built=0
 for cc in ${CC:-} gcc cc clang; do
   command -v "$cc" >/dev/null 2>&1 || continue
-  if "$cc" -O2 -Wall -Wextra -I "$ROOT/include" -o "$NCMP.new" "$ROOT/bench/gpu/ncclcmp.c" -ldl -lpthread \
+  if "$cc" -O2 -Wall -Wextra -I "$ROOT/include" -o "$NCMP.new" "$ROOT/lab/gpu/ncclcmp.c" -ldl -lpthread \
     >"$OUT/ncclcmp.build.log" 2>&1; then
     mv "$NCMP.new" "$NCMP"
     built=1
@@ -157,7 +157,7 @@ for cc in ${CC:-} gcc cc clang; do
   fi
 done
 if [ "$built" = 0 ] && command -v nvcc >/dev/null 2>&1; then
-  nvcc -x c -O2 -I "$ROOT/include" -o "$NCMP.new" "$ROOT/bench/gpu/ncclcmp.c" -ldl -lpthread \
+  nvcc -x c -O2 -I "$ROOT/include" -o "$NCMP.new" "$ROOT/lab/gpu/ncclcmp.c" -ldl -lpthread \
     >>"$OUT/ncclcmp.build.log" 2>&1 && mv "$NCMP.new" "$NCMP" && built=1 && echo "ncclcmp: built with nvcc"
 fi
 [ "$built" = 0 ] && echo "ncclcmp: no compiler worked (see ncclcmp.build.log); using the carried $NCMP"
@@ -265,8 +265,8 @@ fi
       "$(grep -E '[0-9]+ passed, [0-9]+ failed|wrong bytes|WATCHDOG|out of bounds' "$OUT/$log" 2>/dev/null | tail -1)"
   done
 } | tee "$OUT/summary.txt"
-if [ -f "$ROOT/bench/multigpu/summary.py" ] && "$PY" -c 'import sys' 2>/dev/null; then
-  "$PY" "$ROOT/bench/multigpu/summary.py" "$OUT" 2>&1 | tee -a "$OUT/summary.txt"
+if [ -f "$ROOT/lab/multigpu/summary.py" ] && "$PY" -c 'import sys' 2>/dev/null; then
+  "$PY" "$ROOT/lab/multigpu/summary.py" "$OUT" 2>&1 | tee -a "$OUT/summary.txt"
 else
   echo "(no python: raw rows follow)" | tee -a "$OUT/summary.txt"
   grep -h -E '^(ROW|CEIL|OVERLAP)' "$OUT"/*.log | tee -a "$OUT/summary.txt"
