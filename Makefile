@@ -18,12 +18,12 @@ PERF    := $(BUILD)/cecoll-perf
 # cecoll-plot is its own Go module (tools/plot/go.mod): gonum/plot stays out of the library's go.mod.
 PLOT    := $(BUILD)/cecoll-plot
 # make run / make plot: a short sweep of the four collectives on 4 ranks.
-RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
+RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-layout test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants
+.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -68,7 +68,7 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-layout test-go test-race test-chaos test-c test-python
+test: test-layout test-go test-race test-chaos test-c test-perf test-python
 	@echo "make test: all parts passed"
 
 # The product tree never refers to lab/ (measurement tooling, lab/README.md).
@@ -119,6 +119,10 @@ $(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ct
 
 test-matrix: all $(MATRIX)
 	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
+
+# cecoll-perf's options, errors and nccl-tests output format (tools/perf/perf_test.py), host device.
+test-perf: all $(PERF) $(PLOT)
+	$(TEST_PYTHON) tools/perf/perf_test.py $(PERF)
 
 # The Python binding (python/cecoll) on 2 and 4 spawned processes, host device.
 # Always Debian's interpreter: a python3 earlier on PATH may lack torch.
