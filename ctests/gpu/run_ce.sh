@@ -27,7 +27,8 @@ done
 echo "== cecoll-perf, 8 B and 64 MiB per rank"
 : >"$OUT/perf.txt"
 for n in 2 4 8; do
-  timeout -k 3 20 build/cecoll-perf -N $n -b 8 -e 64M -f 8388608 -n 20 -w 3 -c 1 >>"$OUT/perf.txt" 2>&1
+  timeout -k 3 20 build/cecoll-perf -g $n -b $((8 * n)) -e $((64 * n))M -f 8388608 -d uint8 -R 2 -n 20 -w 3 -c 1 \
+    >>"$OUT/perf.txt" 2>&1
   echo "EXIT perf N=$n $?" >>"$OUT/perf.txt"
 done
 

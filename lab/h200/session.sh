@@ -14,15 +14,16 @@
 #       per collective, per side, and per symbol
 #   D2  issue 6: 8 B per rank, graph replay, N=2,4,8, for CECOLL_SYNC x
 #       CECOLL_FLAG_WRITE (and the defaults, also eager)
-#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, -R 1 eager/graph (-n 20: with
-#       -n 5 the first eager iteration's start-up weighed a fifth), and
-#       -R 0 at 64 MiB eager/graph: %ceil
+#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, symmetric windows (-R 2)
+#       eager/graph (20 iterations: with 5 the first eager iteration's
+#       start-up weighed a fifth), and unregistered (-R 0) at 64 MiB
+#       eager/graph: %ceil
 #   A   issue 3: the C tests in thread-per-rank mode (-m threads) at 2, 4, 8
 #       ranks with CUDA_DEVICE_MAX_CONNECTIONS unset and =32 (=8 too on the
 #       rows that hung before), group mode as the control, the queue probe,
 #       and the library's CECOLL_DEBUG=INFO lines of one short run
 #   B   issue 4: several processes on one GPU: test_multiproc (data, and
-#       kills), cecoll-perf -P 2/4 at 8 B and 64 MiB, -R 1/0, and /dev/shm +
+#       kills), cecoll-perf -P 2/4 at 8 B and 64 MiB per rank, -R 2/0, and /dev/shm +
 #       abstract sockets before and after
 #   C   issue 5: the Python tests (pytest), and a CUDA-tensor smoke test of
 #       the binding (2 and 4 processes, all four collectives, a window)
@@ -43,7 +44,7 @@
 #   D1_NS, D2_NS     rank counts (default "2 4 8")
 #   D1_SIZES         "64M 256M" (host: "1M 4M")
 #   D2_ITERS         graph replays per 8 B row (default 50; eager rows: calls)
-#   D2_K             collectives captured per graph (cecoll-perf -K, default 20)
+#   D2_K             collectives captured per graph (cecoll-perf -n with -G, default 20)
 #   D2_COMBOS        [old:]sync/flag pairs (default "default/default allpairs/value
 #                    allpairs/copy star/value star/copy"); old: runs against OLD_LIB
 #   OLD_LIB          another build's libcecoll.so, in its own folder (for old: combos)
@@ -155,14 +156,16 @@ skip_step() { # id name reason
   printf '[%6ss] %-3s %-58s SKIP (%s)\n' "$(since "$T0")" "$1" "$2" "$3"
 }
 
-# perf_rows FILE: "coll size oop_us oop_busbw oop_ceil ip_us ip_busbw ip_ceil" per row of a cecoll-perf table.
+# perf_rows FILE: "coll size oop_us oop_busbw oop_ceil ip_us ip_busbw ip_ceil" per row of a cecoll-perf
+# table (nccl-tests' columns, then %ceil out of place and in place).
 perf_rows() {
-  awk '/^# (allgather|alltoall|scatter|gather)$/ { c = $2; next }
-       c != "" && /^ *[0-9]/ && NF >= 15 { print c, $1, $6, $8, $10, $11, $13, $15 }' "$1" 2>/dev/null
+  awk '/^# Collective test starting:/ { c = $NF; sub(/_perf$/, "", c); sub(/_/, "", c); next }
+       c != "" && /^ *[0-9]/ && NF >= 15 { print c, $1, $6, $8, $14, $10, $12, $15 }' "$1" 2>/dev/null
 }
+# mul_size SIZE N: SIZE (bytes, or with a K/M/G suffix) times N, for cecoll-perf's total sizes.
+mul_size() { case $1 in *[KMG]) echo "$((${1%?} * $2))${1: -1}" ;; *) echo "$(($1 * $2))" ;; esac; }
 # perf_us FILE COLL: the out-of-place time of the first row of COLL.
 perf_us() { perf_rows "$1" | awk -v c="$2" '$1 == c { print $3; exit }'; }
-ceiling() { grep -m1 -oE 'copy ceiling: [0-9.]+ GB/s' "$1" 2>/dev/null | awk '{ print $3 }'; }
 
 # ---- Setup -----------------------------------------------------------------------
 echo "== cecoll session: backend $BACKEND, budget ${BUDGET}s, steps: $STEPS"
@@ -307,13 +310,13 @@ if want D2; then
     k=$(combo_key "$combo")
     for n in $D2_NS; do
       run_step D2 "8B graph N=$n $combo" 45 "$OUT/d2/graph_N${n}_${k}.txt" \
-        env "${envs[@]}" "$PERF" -N "$n" -b 8 -e 8 -n "$D2_ITERS" -w 5 -c 1 -G -K "$D2_K" \
+        env "${envs[@]}" "$PERF" -g "$n" -b $((8 * n)) -e $((8 * n)) -d uint8 -R 2 -n "$D2_K" -G "$D2_ITERS" -w 5 -c 1 \
         --json "$OUT/d2/graph_N${n}_${k}.json"
     done
   done
   for n in $D2_NS; do
     run_step D2 "8B eager N=$n sync=default flag=default" 45 "$OUT/d2/eager_N${n}_default_default.txt" \
-      "$PERF" -N "$n" -b 8 -e 8 -n 500 -w 20 -c 1 --json "$OUT/d2/eager_N${n}_default_default.json"
+      "$PERF" -g "$n" -b $((8 * n)) -e $((8 * n)) -d uint8 -R 2 -n 500 -w 20 -c 1 --json "$OUT/d2/eager_N${n}_default_default.json"
   done
 fi
 
@@ -327,12 +330,17 @@ if want D1; then
     # row (docs/measurements.md); the C tests check the data.
     chk=0
     for mode in eager graph; do
-      g=()
-      [ "$mode" = graph ] && g=(-G)
+      # ITERS calls, or one call captured and replayed ITERS times.
+      it() { if [ "$mode" = graph ]; then echo "-n 1 -G $1"; else echo "-n $1"; fi; }
+      # R=1: symmetric windows (-R 2), R=0: unregistered (-R 0); sizes per rank times n.
+      # shellcheck disable=SC2046 # it() gives options
       run_step D1 "N=$n R=1 $mode $small..$big" 90 "$OUT/d1/N${n}_R1_${mode}.txt" \
-        "$PERF" -N "$n" -b "$small" -e "$big" -f 4 -n 20 -w 3 -c "$chk" -R 1 "${g[@]}" --json "$OUT/d1/N${n}_R1_${mode}.json"
+        "$PERF" -g "$n" -b "$(mul_size "$small" "$n")" -e "$(mul_size "$big" "$n")" -f 4 -d uint8 -w 3 -c "$chk" -R 2 \
+        $(it 20) --json "$OUT/d1/N${n}_R1_${mode}.json"
+      # shellcheck disable=SC2046
       run_step D1 "N=$n R=0 $mode $small" 60 "$OUT/d1/N${n}_R0_${mode}.txt" \
-        "$PERF" -N "$n" -b "$small" -e "$small" -n 5 -w 2 -c "$chk" -R 0 "${g[@]}" --json "$OUT/d1/N${n}_R0_${mode}.json"
+        "$PERF" -g "$n" -b "$(mul_size "$small" "$n")" -e "$(mul_size "$small" "$n")" -d uint8 -w 2 -c "$chk" -R 0 \
+        $(it 5) --json "$OUT/d1/N${n}_R0_${mode}.json"
     done
   done
 fi
@@ -395,7 +403,8 @@ if want B; then
   for p in 2 4; do
     for r in 1 0; do
       run_step B "cecoll-perf -P $p -R $r 8B+64M" 60 "$OUT/b/perf_P${p}_R${r}.txt" \
-        "$PERF" -P "$p" -b 8 -e 64M -f 8388608 -n 10 -w 2 -c 0 -R "$r" --json "$OUT/b/perf_P${p}_R${r}.json"
+        "$PERF" -P "$p" -b $((8 * p)) -e $((64 * p))M -f 8388608 -d uint8 -n 10 -w 2 -c 0 -R $((2 * r)) \
+        --json "$OUT/b/perf_P${p}_R${r}.json"
     done
   done
   sleep 1
@@ -585,7 +594,7 @@ fi
 
   if want D1; then
     echo
-    echo "-- D1 large messages: chunk = bytes per rank; %ceil = share of the one-copy ceiling (out of place / in place); busbw GB/s out of place"
+    echo "-- D1 large messages: chunk = bytes per rank; %ceil = the N-copy ceiling's time over the collective's (out of place / in place; ~: the ceiling moved); busbw GB/s out of place"
     printf '  %3s %2s %-6s %-10s %9s %9s %8s %8s %7s\n' "N" "R" "mode" "coll" "chunk" "time(us)" "busbw" "%ceil" "ip%ceil"
     for n in $D1_NS; do
       for r in 1 0; do
@@ -598,8 +607,6 @@ fi
         done
       done
     done
-    for fl in "$OUT"/d1/*.txt; do break; done
-    [ -f "$fl" ] && echo "  copy ceiling: $(ceiling "$fl") GB/s (cecollMemcpy D2D, first run)"
   fi
 
   if want A; then

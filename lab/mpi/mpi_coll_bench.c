@@ -1,27 +1,25 @@
 /* mpi_coll_bench: the OpenMPI baseline of cecoll-perf (issue 5). Times
- * MPI_Allgather, MPI_Alltoall, MPI_Scatter and MPI_Gather with the per-rank
- * chunk sizes and the table columns of cecoll-perf, so the two tables line
- * up row by row:
+ * MPI_Allgather, MPI_Alltoall, MPI_Scatter and MPI_Gather with cecoll-perf's
+ * sizes, table and %ceil (nccl-tests' format), so the two tables line up
+ * row by row:
  *
- *   mpirun -np 4 mpi_coll_bench -b 8 -e 64M -f 8 -n 20 -w 5 -c 1 [-o allgather] [-r 0]
+ *   mpirun -np 4 mpi_coll_bench [allgather|alltoall|scatter|gather|all] -b 32 -e 256M -f 8 -n 20 -w 5 -c 1 [-r 0]
  *
- * -b/-e/-f per-rank chunk bytes from -b to -e by factor -f, -n timed
- * iterations, -w warm-up, -c 1 check the data once before timing, -o one
- * collective (allgather|alltoall|scatter|gather|all), -r root. The data type
- * is MPI_BYTE (cecoll-perf's default uint8).
+ * -b/-e/-f total message sizes (all ranks' chunks, as cecoll-perf and
+ * nccl-tests) from -b to -e by factor -f, -n timed iterations, -w warm-up
+ * iterations at the largest and the smallest size, -c 1 check the data once
+ * per size and placement, -r root. The data type is MPI_BYTE (uint8).
  *
- * Size column: the larger of one rank's send and recv bytes (n * chunk, as
- * cecoll-perf and nccl-tests); time: mean per collective over back-to-back
- * iterations, the slowest rank's (MPI_MAX); algbw = size/time; busbw =
- * algbw * (n-1)/n. In place is MPI_IN_PLACE at the position cecoll-perf
- * uses (AllGather: own block of recv; AlltoAll: recv; Scatter/Gather: the
- * root's block).
+ * Time: mean per collective over back-to-back iterations, the slowest
+ * rank's (MPI_MAX; cecoll-perf -a 3); algbw = size/time; busbw = algbw *
+ * (n-1)/n. In place is MPI_IN_PLACE (AllGather: own block of recv;
+ * AlltoAll: recv; Scatter/Gather: the root's block).
  *
- * %ceil: as cecoll-perf, the bytes all ranks copy together (AllGather and
- * AlltoAll n*n*chunk, Scatter and Gather n*chunk; in place without the
- * chunks that stay put) per second over a copy ceiling, here one memcpy of
- * 64..256 MiB timed by rank 0 before the sweep (best of 5). Only for sizes
- * of at least 1 MiB. Buffers are malloc'd and touched once before use. */
+ * %ceil: cecoll-perf's definition with memcpy: each rank copies the bytes
+ * it copies in the collective, timed as the collective right before and
+ * right after its loop; the faster counts, '~' when they differ by more than
+ * 10%. Only for sizes of at least 1 MiB. Buffers are malloc'd and touched
+ * once before use. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +29,7 @@
 
 static const char* kCollNames[] = {"allgather", "alltoall", "scatter", "gather"};
 static int nranks, rank, iters = 20, warmup = 5, check = 1, root = 0;
-static size_t minBytes = 8, maxBytes = 64 << 20, factor = 8;
+static size_t minBytes = 32, maxBytes = 256 << 20, factor = 8;
 static unsigned char *sendb, *recvb;
 
 static size_t parseSize(const char* s) {
@@ -68,7 +66,7 @@ static void runOnce(int c, size_t chunk, int inPlace) {
       mpiCheck(MPI_Alltoall(inPlace ? MPI_IN_PLACE : sendb, n, MPI_BYTE, recvb, n, MPI_BYTE, MPI_COMM_WORLD),
                "MPI_Alltoall");
       break;
-    case 2: /* in place: the root keeps its block in send, as cecoll-perf's send + root*chunk */
+    case 2: /* in place (MPI's form): the root keeps its block in send */
       mpiCheck(MPI_Scatter(sendb, n, MPI_BYTE, (inPlace && isRoot) ? MPI_IN_PLACE : recvb, n, MPI_BYTE, root,
                            MPI_COMM_WORLD),
                "MPI_Scatter");
@@ -116,55 +114,45 @@ static long verify(int c, size_t chunk, int inPlace) {
   return sum;
 }
 
-static double timeColl(int c, size_t chunk, int inPlace) {
-  for (int i = 0; i < warmup; i++) runOnce(c, chunk, inPlace);
+/* Bytes rank r copies in the collective (cecoll-perf's rankBytes). */
+static size_t rankBytes(int c, size_t chunk, int inPlace, int r) {
+  if (c <= 1) return (inPlace ? nranks - 1 : nranks) * chunk;
+  return inPlace && r == root ? 0 : chunk;
+}
+
+/* The ceiling's round: one memcpy per rank of the bytes it copies in c. */
+static void copyOnce(int c, size_t chunk, int inPlace) { memcpy(recvb, sendb, rankBytes(c, chunk, inPlace, rank)); }
+
+/* Seconds per call of fn after one untimed call: the mean of -n calls, the
+ * slowest rank's. */
+static double timed(void (*fn)(int, size_t, int), int c, size_t chunk, int inPlace) {
+  fn(c, chunk, inPlace);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++) runOnce(c, chunk, inPlace);
+  for (int i = 0; i < iters; i++) fn(c, chunk, inPlace);
   double t = (MPI_Wtime() - t0) / iters, tmax = 0;
   MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return tmax;
 }
 
-/* One large memcpy, one warm-up, best of 5: the copy ceiling of %ceil. */
-static double measureCeiling(size_t want, size_t* bytesOut) {
-  const size_t lo = (size_t)64 << 20, hi = (size_t)256 << 20;
-  size_t bytes = want < lo ? lo : want > hi ? hi : want;
-  unsigned char* a = malloc(bytes);
-  unsigned char* b = malloc(bytes);
-  double best = 0;
-  if (!a || !b) {
-    fprintf(stderr, "mpi_coll_bench: out of memory\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  memset(a, 1, bytes);
-  memset(b, 2, bytes);
-  memcpy(b, a, bytes);
-  for (int i = 0; i < 5; i++) {
-    double t0 = MPI_Wtime();
-    memcpy(b, a, bytes);
-    double bps = bytes / (MPI_Wtime() - t0);
-    if (bps > best) best = bps;
-  }
-  free(a);
-  free(b);
-  *bytesOut = bytes;
-  return best;
-}
-
-static double copiedBytes(int c, size_t chunk, int inPlace) {
-  double n = nranks, k = (double)chunk;
-  if (c <= 1) return (inPlace ? n * (n - 1) : n * n) * k;
-  return (inPlace ? n - 1 : n) * k;
+/* nccl-tests' number cells: 2, 1 or 0 decimals, whichever fits width. */
+static const char* num(double v, int width, char* buf, size_t n) {
+  const char* fmts[] = {"%*.2f", "%*.1f", "%*.0f"};
+  for (int i = 0; i < 3; i++)
+    if (snprintf(buf, n, fmts[i], width, v) <= width) return buf;
+  snprintf(buf, n, "%*.1e", width, v);
+  return buf;
 }
 
 static void usage(const char* p) {
   if (rank == 0)
-    fprintf(stderr, "usage: mpirun -np N %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] "
-                    "[-o allgather|alltoall|scatter|gather|all] [-r root]\n", p);
+    fprintf(stderr, "usage: mpirun -np N %s [allgather|alltoall|scatter|gather|all] [-b min] [-e max] [-f factor] "
+                    "[-n iters] [-w warmup] [-c 0|1] [-r root]\n", p);
   MPI_Finalize();
   exit(2);
 }
+
+static const char* kTestNames[] = {"all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf"};
 
 int main(int argc, char** argv) {
   const char* only = "all";
@@ -173,7 +161,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:o:r:h")) != -1) {
+  while ((opt = getopt(argc, argv, "b:e:f:n:w:c:r:h")) != -1) {
     switch (opt) {
       case 'b': minBytes = parseSize(optarg); break;
       case 'e': maxBytes = parseSize(optarg); break;
@@ -181,14 +169,15 @@ int main(int argc, char** argv) {
       case 'n': iters = atoi(optarg); break;
       case 'w': warmup = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
-      case 'o': only = optarg; break;
       case 'r': root = atoi(optarg); break;
       default: usage(argv[0]);
     }
   }
-  if (root < 0 || root >= nranks || factor < 2 || iters < 1 || minBytes < 1 || maxBytes > (size_t)1 << 30)
+  if (optind < argc) only = argv[optind++];
+  if (optind < argc || root < 0 || root >= nranks || factor < 2 || iters < 1 || minBytes < (size_t)nranks ||
+      minBytes > maxBytes || maxBytes / nranks > (size_t)1 << 30)
     usage(argv[0]);
-  size_t bufBytes = maxBytes * (size_t)nranks;
+  size_t bufBytes = maxBytes;
   sendb = malloc(bufBytes);
   recvb = malloc(bufBytes);
   if (!sendb || !recvb) {
@@ -199,60 +188,69 @@ int main(int argc, char** argv) {
   memset(sendb, 1, bufBytes);
   memset(recvb, 2, bufBytes);
 
-  double ceilBps = 0;
-  size_t ceilBytes = 0;
-  if (rank == 0) ceilBps = measureCeiling(bufBytes, &ceilBytes);
-  MPI_Bcast(&ceilBps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-
   char lib[MPI_MAX_LIBRARY_VERSION_STRING];
   int liblen = 0;
   MPI_Get_library_version(lib, &liblen);
   lib[strcspn(lib, ",\n")] = '\0';
-  if (rank == 0) {
-    printf("# mpi_coll_bench: %s, %d ranks in as many processes, malloc buffers, type uint8 (MPI_BYTE), root %d, "
-           "iters %d, warmup %d\n", lib, nranks, root, iters, warmup);
-    printf("# copy ceiling: %.2f GB/s (one %zu MiB memcpy on rank 0, best of 5; bytes copied, not read+written)\n",
-           ceilBps / 1e9, ceilBytes >> 20);
-  }
-  long totalWrong = 0;
+  int failed = 0;
   for (int c = 0; c < 4; c++) {
     if (strcmp(only, "all") && strcmp(only, kCollNames[c])) continue;
+    int wrongRows = 0, nbw = 0;
+    double bwSum = 0;
     if (rank == 0) {
-      printf("#\n# %s\n", kCollNames[c]);
-      printf("# %10s %12s %8s %6s %5s   %9s %8s %8s %6s %6s   %9s %8s %8s %6s %6s\n", "size", "count", "type",
-             "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "%ceil", "time(us)", "algbw", "busbw",
-             "#wrong", "%ceil");
+      printf("# mpi_coll_bench (nccl-tests' format): %s, %d ranks in as many processes, malloc buffers\n", lib, nranks);
+      printf("# Collective test starting: %s\n", kTestNames[c]);
+      printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d agg iters: 1 "
+             "validation: %d graph: 0 unalign: 0\n#\n", minBytes, maxBytes, factor, warmup, iters, check);
+      printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+             "", "", "");
+      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s  %7s  %7s\n", "size", "count",
+             "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "", "%ceil",
+             "%ceil");
+      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s  %7s  %7s\n", "(B)",
+             "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(out)",
+             "(in)");
     }
-    for (size_t chunk = minBytes; chunk <= maxBytes; chunk *= factor) {
-      size_t size = chunk * (size_t)nranks;
-      double tm[2], alg[2], bus[2], frac[2];
-      long wrong[2];
+    for (int pass = 0; pass < 2; pass++) /* warm-up at the largest size, then the smallest */
+      for (int i = 0; i < warmup; i++) runOnce(c, (pass ? minBytes : maxBytes) / nranks, 0);
+    for (size_t size = minBytes; size <= maxBytes; size *= factor) {
+      size_t chunk = size / nranks;
+      char cells[2][96], ceils[2][16];
       for (int inPlace = 0; inPlace < 2; inPlace++) {
-        wrong[inPlace] = check ? verify(c, chunk, inPlace) : -1;
-        double t = timeColl(c, chunk, inPlace);
-        tm[inPlace] = t * 1e6;
-        alg[inPlace] = size / t / 1e9;
-        bus[inPlace] = alg[inPlace] * (nranks - 1) / nranks;
-        frac[inPlace] = size >= (1 << 20) && ceilBps > 0 ? copiedBytes(c, chunk, inPlace) / t / ceilBps : -1;
-        if (wrong[inPlace] > 0) totalWrong += wrong[inPlace];
+        int ceil = chunk * nranks >= (1 << 20) && nranks > 1;
+        double before = ceil ? timed(copyOnce, c, chunk, inPlace) : 0;
+        double t = timed(runOnce, c, chunk, inPlace);
+        double after = ceil ? timed(copyOnce, c, chunk, inPlace) : 0;
+        long wrong = check ? verify(c, chunk, inPlace) : -1;
+        double alg = chunk * nranks / t / 1e9, bus = alg * (nranks - 1) / nranks;
+        char tb[32], ab[32], bb[32], wb[32];
+        if (wrong < 0) snprintf(wb, sizeof wb, "   N/A");
+        else snprintf(wb, sizeof wb, "%6ld", wrong);
+        snprintf(cells[inPlace], sizeof cells[inPlace], "  %7s  %6s  %6s  %s", num(t * 1e6, 7, tb, sizeof tb),
+                 num(alg, 6, ab, sizeof ab), num(bus, 6, bb, sizeof bb), wb);
+        double best = before < after ? before : after;
+        if (!ceil || best <= 0) snprintf(ceils[inPlace], sizeof ceils[inPlace], "-");
+        else snprintf(ceils[inPlace], sizeof ceils[inPlace], "%.1f%s", 100 * best / t,
+                      (before - after > 0.1 * best || after - before > 0.1 * best) ? "~" : "");
+        wrongRows += wrong > 0;
+        bwSum += bus;
+        nbw++;
       }
       if (rank == 0) {
-        printf("  %10zu %12zu %8s %6s %5d", size, chunk, "uint8", "none", c >= 2 ? root : -1);
-        for (int k = 0; k < 2; k++) {
-          printf("   %9.2f %8.2f %8.2f %6ld", tm[k], alg[k], bus[k], wrong[k]);
-          if (frac[k] < 0)
-            printf(" %6s", "-");
-          else
-            printf(" %6.1f", 100 * frac[k]);
-        }
-        printf("\n");
+        printf("%12zu  %12zu  %8s  %6s  %6d%s%s   %7s  %7s\n", chunk * nranks, chunk, "uint8", "none",
+               c >= 2 ? root : -1, cells[0], cells[1], ceils[0], ceils[1]);
         fflush(stdout);
       }
     }
+    if (rank == 0) {
+      printf("# %-20s : %d %s\n", "Out of bounds values", wrongRows, wrongRows ? "FAILED" : "OK");
+      printf("# %-20s : %g \n#\n# Collective test concluded: %s\n#\n\n", "Avg bus bandwidth", nbw ? bwSum / nbw : 0,
+             kTestNames[c]);
+    }
+    failed |= wrongRows > 0;
   }
-  if (rank == 0) printf("# out of bounds values: %ld %s\n", totalWrong, totalWrong ? "FAILED" : "OK");
   free(sendb);
   free(recvb);
   MPI_Finalize();
-  return totalWrong ? 1 : 0;
+  return failed;
 }

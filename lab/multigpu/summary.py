@@ -56,7 +56,7 @@ def main(out):
         except (OSError, ValueError) as e:
             print("  (cannot read %s: %s)" % (path, e))
             continue
-        series = "cecoll-perf/%s/%s" % ("win" if j.get("registered") else "plain", "graph" if j.get("graph") else "eager")
+        series = "cecoll-perf/%s/%s" % ("win" if j.get("register") == 2 else "plain", "graph" if j.get("graph") else "eager")
         for r in j.get("rows", []):
             if r.get("in_place"):
                 continue
