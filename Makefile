@@ -19,12 +19,12 @@ PERF    := $(BUILD)/cecoll-perf
 # cecoll-plot is its own Go module (tools/plot/go.mod): gonum/plot stays out of the library's go.mod.
 PLOT    := $(BUILD)/cecoll-plot
 # make run / make plot: a short sweep of the four collectives on 4 ranks.
-RUN_ARGS ?= -N 4 -b 8 -e 16M -f 4 -n 10 -w 2 -c 1
+RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants fuzz
+.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants fuzz
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -37,17 +37,17 @@ $(BUILD)/include/%.h: include/%.h
 	@mkdir -p $(BUILD)/include
 	cp $< $@
 
-$(PERF): bench/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
+$(PERF): tools/perf/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
 # Issue 5's OpenMPI baseline: built only where mpicc exists (Debian: openmpi-bin libopenmpi-dev).
 MPICC ?= mpicc
 MPIBENCH := $(BUILD)/mpi-coll-bench
-$(MPIBENCH): bench/mpi/mpi_coll_bench.c
+$(MPIBENCH): lab/mpi/mpi_coll_bench.c
 	@mkdir -p $(BUILD)
 	$(MPICC) -O2 -Wall -Werror -o $@ $<
 
-# Builds the MPI baseline where mpicc exists (loud skip otherwise); bench/mpi/compare.sh runs the comparison.
+# Builds the MPI baseline where mpicc exists (loud skip otherwise); lab/mpi/compare.sh runs the comparison.
 bench-mpi: all $(PERF)
 	@if command -v $(MPICC) >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(MPIBENCH); \
@@ -69,8 +69,16 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-go test-race test-chaos test-c test-python
+test: test-layout test-go test-race test-chaos test-c test-perf test-python
 	@echo "make test: all parts passed"
+
+# The product tree never refers to lab/ (measurement tooling, lab/README.md).
+PRODUCT_DIRS := export internal include ctests python
+test-layout:
+	@if grep -rnIE '(^|[^A-Za-z0-9_.-])lab/' $(PRODUCT_DIRS); then \
+	  echo "test-layout: the lines above refer to lab/ from the product tree"; exit 1; \
+	fi
+	@echo "test-layout: no product file refers to lab/"
 
 test-go:
 	$(GO) vet ./...
@@ -143,6 +151,10 @@ $(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ct
 
 test-matrix: all $(MATRIX)
 	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
+
+# cecoll-perf's options, errors and nccl-tests output format (tools/perf/perf_test.py), host device.
+test-perf: all $(PERF) $(PLOT)
+	$(TEST_PYTHON) tools/perf/perf_test.py $(PERF)
 
 # The Python binding (python/cecoll) on 2 and 4 spawned processes, host device.
 # Always Debian's interpreter: a python3 earlier on PATH may lack torch.

@@ -62,10 +62,10 @@ if ok 60 "in-place cells under MPS"; then
   echo quit | nvidia-cuda-mps-control; sleep 1
 fi
 
-echo "== 4. the -N 8 eager sweep of the issue (must finish, quickly)"
-if ok 120 "-N 8 sweep"; then
+echo "== 4. the 8-rank eager sweep of the issue (must finish, quickly)"
+if ok 120 "8-rank sweep"; then
   s=$(date +%s)
-  timeout 110 build/cecoll-perf -N 8 -b 64M -e 256M -f 4 -n 20 -w 3 -c 0 -o all
+  timeout 110 build/cecoll-perf all -g 8 -b 512M -e 2G -f 4 -d uint8 -R 2 -n 20 -w 3 -c 0
   echo "SWEEP rc=$? $(( $(date +%s)-s ))s"
 fi
 

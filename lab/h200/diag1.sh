@@ -38,6 +38,7 @@ echo "== the -N 8 eager sweep (issue 16), GPU utilisation every second"
 (for i in $(seq 1 70); do nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv,noheader; sleep 1; done) > /tmp/smi.log 2>&1 &
 SMI=$!
 t0=$(date +%s)
+# build/old's cecoll-perf predates nccl-tests' flags (issue 19): the old ones (-N 8 ranks, 64..256 MiB per rank).
 CECOLL_DEBUG=INFO CECOLL_DEBUG_FILE=/tmp/perf_info.log timeout 60 $B/cecoll-perf -N 8 -b 64M -e 256M -f 4 -n 20 -w 3 -c 0 -o all
 echo "sweep rc=$? after $(( $(date +%s)-t0 ))s"
 kill $SMI 2>/dev/null

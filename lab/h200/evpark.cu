@@ -1,5 +1,5 @@
 // lab/h200/evpark.cu: do streams waiting on events hold the GPU's hardware queues as streams
-// parked on flag waits do (bench/h200/chanpark.cu)? And do concurrent 1-byte copies into one
+// parked on flag waits do (lab/h200/chanpark.cu)? And do concurrent 1-byte copies into one
 // word lose bytes?
 //
 // evpark park P [kind]: stream B parks on a flag wait (wait-value >= 1) and records event E;
@@ -13,7 +13,7 @@
 // Build on the GPU machine: nvcc -O2 -o evpark lab/h200/evpark.cu -lcuda
 #include <cstring>
 #include <unistd.h>
-#include "../../bench/h200/probe.h"
+#include "probe.h"
 
 static int park(int P, const char* kind) {
   CK(cudaSetDevice(0));

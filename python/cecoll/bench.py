@@ -1,12 +1,14 @@
 """cecoll against torch.distributed's gloo backend, in one run (issue 5).
 
     PYTHONPATH=python CECOLL_LIBRARY=build/libcecoll.so /usr/bin/python3 -m cecoll.bench \
-        [--ranks 2,4] [--sizes 8,1M,16M] [--json FILE]
+        [--ranks 2,4] [--sizes 32,4M,64M] [--json FILE]
 
 For each world size, that many processes are spawned (torch.multiprocessing,
 spawn: the library carries a Go runtime). Each process joins a gloo process
-group and a cecoll ProcessGroup, then for every collective and per-rank chunk
-size times cecoll and gloo back to back on CPU tensors (uint8):
+group and a cecoll ProcessGroup, then for every collective and message size
+(the total of all ranks' chunks, as cecoll-perf's and nccl-tests' -b/-e:
+each rank's chunk is size / world size bytes) times cecoll and gloo back to
+back on CPU tensors (uint8):
 
 - all_gather: cecoll all_gather_into_tensor(out, inp); gloo all_gather into a
   list of views of one output tensor (torch 1.13's gloo has no
@@ -141,7 +143,8 @@ def _worker(rank, world_size, gloo_port, id_port, args, result_path):
     impls = ("cecoll", "cecoll-reg", "gloo")
     unsupported = set()
     for coll in args.colls:
-        for chunk in args.sizes:
+        for size in args.sizes:
+            chunk = size // n
             iters, warm = _iters_for(chunk, args)
             want = expected(coll, chunk)
             for impl in impls:
@@ -206,15 +209,15 @@ def _run_world(world_size, args):
 
 
 def _print_table(world_size, res):
-    rows = {(r["collective"], r["chunk"], r["impl"]): r for r in res["rows"]}
+    rows = {(r["collective"], r["size"], r["impl"]): r for r in res["rows"]}
     print("\n== %d processes (torch %s): time (us) and busbw (GB/s); ratios cecoll/gloo" % (world_size, res["torch"]))
     print("%-10s %7s | %10s %7s | %10s %7s | %10s %7s | %11s %11s | %11s %11s"
-          % ("coll", "chunk", "gloo us", "busbw", "cecoll us", "busbw", "c-reg us", "busbw",
+          % ("coll", "size", "gloo us", "busbw", "cecoll us", "busbw", "c-reg us", "busbw",
              "time c/g", "busbw c/g", "time reg/g", "busbw reg/g"))
-    chunks = sorted({k[1] for k in rows})
+    sizes = sorted({k[1] for k in rows})
     for coll in COLLS:
-        for chunk in chunks:
-            g, c, r = (rows.get((coll, chunk, i)) for i in ("gloo", "cecoll", "cecoll-reg"))
+        for size in sizes:
+            g, c, r = (rows.get((coll, size, i)) for i in ("gloo", "cecoll", "cecoll-reg"))
             if c is None and g is None:
                 continue
 
@@ -227,7 +230,7 @@ def _print_table(world_size, res):
                 return "%10.2fx %10.2fx" % (x["time_us"] / g["time_us"], x["busbw"] / g["busbw"])
 
             wrong = sum(x["wrong"] for x in (g, c, r) if x)
-            print("%-10s %7s | %s | %s | %s | %s | %s%s" % (coll, _fmt_size(chunk), cell(g), cell(c), cell(r),
+            print("%-10s %7s | %s | %s | %s | %s | %s%s" % (coll, _fmt_size(size), cell(g), cell(c), cell(r),
                                                            ratio(c), ratio(r), "  WRONG %d" % wrong if wrong else ""))
     for note in res["notes"]:
         print("note: " + note)
@@ -236,11 +239,12 @@ def _print_table(world_size, res):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m cecoll.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="2,4", help="world sizes, comma separated (default 2,4)")
-    p.add_argument("--sizes", default="8,1M,16M", help="per-rank chunk bytes (default 8,1M,16M)")
+    p.add_argument("--sizes", default="32,4M,64M",
+                   help="message sizes, all ranks' chunks together, as cecoll-perf -b/-e (default 32,4M,64M)")
     p.add_argument("--colls", default=",".join(COLLS), help="collectives (default all four)")
-    p.add_argument("--small-iters", type=int, default=1000, help="iterations up to 64 KiB (default 1000)")
-    p.add_argument("--mid-iters", type=int, default=40, help="iterations up to 4 MiB (default 40)")
-    p.add_argument("--big-iters", type=int, default=5, help="iterations above 4 MiB (default 5)")
+    p.add_argument("--small-iters", type=int, default=1000, help="iterations for chunks up to 64 KiB (default 1000)")
+    p.add_argument("--mid-iters", type=int, default=40, help="iterations for chunks up to 4 MiB (default 40)")
+    p.add_argument("--big-iters", type=int, default=5, help="iterations for larger chunks (default 5)")
     p.add_argument("--json", help="write every row as JSON here")
     args = p.parse_args(argv)
     args.ranks_list = [int(x) for x in args.ranks.split(",") if x]

@@ -1,7 +1,7 @@
 // Command cecoll-plot renders the JSON that cecoll-perf writes (--json) as a
 // PNG: bus bandwidth against message size, on a log2 size axis, one line per
-// collective (out-of-place rows), with the backend's copy ceiling drawn as a
-// horizontal line.
+// collective (out-of-place rows), each with a dashed line at the busbw its
+// rows' copy ceilings allow (cecoll-perf -h defines the ceiling).
 //
 //	cecoll-plot -in build/perf.json -out build/perf.png
 //

@@ -3,11 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
-	"image/color"
 	"math"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -43,9 +43,10 @@ func run(in, out string) error {
 }
 
 // Render builds the plot: busbw against size, log2 size axis, one line per
-// collective, the copy ceiling as a dashed horizontal line.
+// collective and, dashed, the busbw each would reach at its rows' copy
+// ceilings.
 func Render(rep *Report) (*plot.Plot, error) {
-	names, series := rep.Series()
+	names, series, ceilings := rep.Series()
 	if len(names) == 0 {
 		return nil, fmt.Errorf("nothing to plot: no out-of-place rows with a bus bandwidth")
 	}
@@ -54,13 +55,10 @@ func Render(rep *Report) (*plot.Plot, error) {
 	if rep.Graph {
 		mode = "graph replays"
 	}
-	bufs := "unregistered"
-	if rep.Registered {
-		bufs = "registered"
-	}
+	bufs := map[int]string{0: "unregistered", 1: "ncclCommRegister'd", 2: "symmetric-window"}[rep.Register]
 	p.Title.Text = fmt.Sprintf("cecoll-perf: backend %s, %d ranks in %d process(es), %s buffers, %s, %s, out of place",
-		rep.Backend, rep.NRanks, max(rep.Procs, 1), bufs, rep.Type, mode)
-	p.X.Label.Text = "size (bytes, all ranks' chunks; log2 scale)"
+		rep.Backend, rep.NRanks, max(rep.Procs, 1), bufs, strings.Join(rep.Types(), "/"), mode)
+	p.X.Label.Text = "size (bytes, all ranks' chunks, as nccl-tests; log2 scale)"
 	p.Y.Label.Text = "busbw (GB/s)"
 	p.X.Scale = plot.LogScale{}
 	p.Legend.Top = true
@@ -88,19 +86,26 @@ func Render(rep *Report) (*plot.Plot, error) {
 		p.Legend.Add(n, l, s)
 	}
 	p.X.Tick.Marker = plot.TickerFunc(sizeTicks(names, series))
-	if ceil, ok := rep.CeilingGBps(); ok {
-		// Two points spanning the data: a horizontal line that does not
-		// stretch the x range.
-		l, err := plotter.NewLine(plotter.XYs{{X: lo, Y: ceil}, {X: hi, Y: ceil}})
-		if err != nil {
-			return nil, err
+	for i, n := range names {
+		if len(ceilings[n]) == 0 {
+			continue
 		}
-		l.Color = color.Gray{Y: 60}
+		// The busbw the collective would show at its rows' copy ceilings:
+		// dashed, in the collective's colour.
+		pts := make(plotter.XYs, len(ceilings[n]))
+		for k, pt := range ceilings[n] {
+			pts[k] = plotter.XY{X: pt.Size, Y: pt.BusBw}
+			ymax = math.Max(ymax, pt.BusBw)
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, fmt.Errorf("%s ceiling: %w", n, err)
+		}
+		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.5)
 		l.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("copy ceiling %.1f GB/s (one %d MiB copy)", ceil, rep.Ceiling.CopyBytes>>20), l)
-		ymax = math.Max(ymax, ceil)
+		p.Legend.Add(n+" at the copy ceiling", l)
 	}
 	p.Y.Min = 0
 	p.Y.Tick.Marker = plot.TickerFunc(linearTicks)

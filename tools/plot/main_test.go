@@ -13,14 +13,14 @@ import (
 // A cut-down cecoll-perf --json output: nulls where cecoll-perf writes them.
 const sample = `{
   "tool": "cecoll-perf", "backend": "host", "devices": 8, "nranks": 4, "procs": 1,
-  "graph": false, "registered": true, "type": "uint8", "iters": 5, "warmup": 1,
-  "ceiling": {"bytes_per_s": 2e10, "gbps": 20, "copy_bytes": 67108864, "method": "x"},
+  "graph": false, "graph_launches": 0, "register": 2, "iters": 5, "warmup": 1,
+  "ceiling": {"method": "x", "tolerance": 0.1},
   "rows": [
-    {"collective": "allgather", "size": 4194304, "in_place": false, "time_us": 900, "busbw": 3.5, "wrong": 0, "ceil_fraction": 0.7},
-    {"collective": "allgather", "size": 32, "in_place": false, "time_us": 100, "busbw": 0.0002, "wrong": null, "ceil_fraction": null},
-    {"collective": "allgather", "size": 32, "in_place": true, "time_us": 100, "busbw": 0.0002, "wrong": 0, "ceil_fraction": null},
-    {"collective": "gather", "size": 32, "in_place": false, "time_us": null, "busbw": null, "wrong": 0, "ceil_fraction": null},
-    {"collective": "gather", "size": 4194304, "in_place": false, "time_us": 300, "busbw": 11, "wrong": 0, "ceil_fraction": 0.6}
+    {"collective": "allgather", "size": 4194304, "type": "float", "in_place": false, "time_us": 900, "busbw": 3.5, "wrong": 0, "ceil_fraction": 0.7, "ceil_gbps": 9, "ceil_moved": false},
+    {"collective": "allgather", "size": 32, "type": "float", "in_place": false, "time_us": 100, "busbw": 0.0002, "wrong": null, "ceil_fraction": null},
+    {"collective": "allgather", "size": 32, "type": "float", "in_place": true, "time_us": 100, "busbw": 0.0002, "wrong": 0, "ceil_fraction": null},
+    {"collective": "gather", "size": 32, "type": "float", "in_place": false, "time_us": null, "busbw": null, "wrong": 0, "ceil_fraction": null},
+    {"collective": "gather", "size": 4194304, "type": "float", "in_place": false, "time_us": 300, "busbw": 11, "wrong": 0, "ceil_fraction": 0.5, "ceil_moved": true}
   ]
 }`
 
@@ -28,15 +28,18 @@ func TestReadReportAndSeries(t *testing.T) {
 	rep, err := ReadReport(strings.NewReader(sample))
 	require.NoError(t, err)
 	require.Equal(t, "host", rep.Backend)
-	ceil, ok := rep.CeilingGBps()
-	require.True(t, ok)
-	require.InDelta(t, 20.0, ceil, 1e-9)
+	require.Equal(t, 2, rep.Register)
+	require.Equal(t, []string{"float"}, rep.Types())
 
-	names, series := rep.Series()
+	names, series, ceilings := rep.Series()
 	require.Equal(t, []string{"allgather", "gather"}, names)
 	// In-place rows and null busbw are left out; sizes come sorted.
 	require.Equal(t, []Point{{32, 0.0002}, {4194304, 3.5}}, series["allgather"])
 	require.Equal(t, []Point{{4194304, 11}}, series["gather"])
+	// The ceiling lines: busbw / ceil_fraction where a row has one.
+	require.Len(t, ceilings["allgather"], 1)
+	require.InDelta(t, 5.0, ceilings["allgather"][0].BusBw, 1e-9)
+	require.Equal(t, []Point{{4194304, 22}}, ceilings["gather"])
 }
 
 func TestReadReportErrors(t *testing.T) {
@@ -49,14 +52,6 @@ func TestReadReportErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-}
-
-func TestCeilingFallsBackToBytesPerSecond(t *testing.T) {
-	rep, err := ReadReport(strings.NewReader(`{"ceiling": {"bytes_per_s": 5e9, "gbps": null}, "rows": [{"collective": "a", "size": 8, "busbw": 1}]}`))
-	require.NoError(t, err)
-	ceil, ok := rep.CeilingGBps()
-	require.True(t, ok)
-	require.InDelta(t, 5.0, ceil, 1e-9)
 }
 
 func TestSizeLabel(t *testing.T) {

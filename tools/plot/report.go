@@ -9,28 +9,21 @@ import (
 
 // Report is the part of cecoll-perf's JSON the plot reads.
 type Report struct {
-	Backend    string  `json:"backend"`
-	NRanks     int     `json:"nranks"`
-	Procs      int     `json:"procs"`
-	Graph      bool    `json:"graph"`
-	Registered bool    `json:"registered"`
-	Type       string  `json:"type"`
-	Ceiling    Ceiling `json:"ceiling"`
-	Rows       []Row   `json:"rows"`
-}
-
-// Ceiling is one large device-to-device copy's rate, in bytes copied per second.
-type Ceiling struct {
-	BytesPerS *float64 `json:"bytes_per_s"`
-	GBps      *float64 `json:"gbps"`
-	CopyBytes int64    `json:"copy_bytes"`
+	Backend  string `json:"backend"`
+	NRanks   int    `json:"nranks"`
+	Procs    int    `json:"procs"`
+	Graph    bool   `json:"graph"`
+	Register int    `json:"register"` // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+	Rows     []Row  `json:"rows"`
 }
 
 // Row is one measured size of one collective, in or out of place. Pointers
-// are values cecoll-perf may write as null.
+// are values cecoll-perf may write as null. CeilFraction is the copy
+// ceiling's time over the collective's, measured with the row.
 type Row struct {
 	Collective   string   `json:"collective"`
 	Size         int64    `json:"size"`
+	Type         string   `json:"type"`
 	InPlace      bool     `json:"in_place"`
 	TimeUs       *float64 `json:"time_us"`
 	BusBw        *float64 `json:"busbw"`
@@ -58,10 +51,12 @@ func ReadReport(r io.Reader) (*Report, error) {
 }
 
 // Series returns the out-of-place rows with a bus bandwidth, grouped by
-// collective in the order the collectives first appear, each sorted by size.
-// Sizes below one byte cannot sit on a log axis and are left out.
-func (r *Report) Series() (names []string, series map[string][]Point) {
-	series = map[string][]Point{}
+// collective in the order the collectives first appear, each sorted by size,
+// and for each collective the busbw it would reach at its rows' copy
+// ceilings (busbw / ceil_fraction, where the row has one). Sizes below one
+// byte cannot sit on a log axis and are left out.
+func (r *Report) Series() (names []string, series, ceilings map[string][]Point) {
+	series, ceilings = map[string][]Point{}, map[string][]Point{}
 	for _, row := range r.Rows {
 		if row.InPlace || row.BusBw == nil || row.Size < 1 {
 			continue
@@ -70,21 +65,27 @@ func (r *Report) Series() (names []string, series map[string][]Point) {
 			names = append(names, row.Collective)
 		}
 		series[row.Collective] = append(series[row.Collective], Point{float64(row.Size), *row.BusBw})
+		if f := row.CeilFraction; f != nil && *f > 0 {
+			ceilings[row.Collective] = append(ceilings[row.Collective], Point{float64(row.Size), *row.BusBw / *f})
+		}
 	}
-	for _, n := range names {
-		s := series[n]
-		sort.Slice(s, func(i, j int) bool { return s[i].Size < s[j].Size })
+	for _, m := range []map[string][]Point{series, ceilings} {
+		for _, s := range m {
+			sort.Slice(s, func(i, j int) bool { return s[i].Size < s[j].Size })
+		}
 	}
-	return names, series
+	return names, series, ceilings
 }
 
-// CeilingGBps is the ceiling in GB/s (1e9 bytes), or false when absent.
-func (r *Report) CeilingGBps() (float64, bool) {
-	if r.Ceiling.GBps != nil && *r.Ceiling.GBps > 0 {
-		return *r.Ceiling.GBps, true
+// Types lists the datatypes of the rows, in order of appearance.
+func (r *Report) Types() []string {
+	var types []string
+	seen := map[string]bool{}
+	for _, row := range r.Rows {
+		if row.Type != "" && !seen[row.Type] {
+			seen[row.Type] = true
+			types = append(types, row.Type)
+		}
 	}
-	if r.Ceiling.BytesPerS != nil && *r.Ceiling.BytesPerS > 0 {
-		return *r.Ceiling.BytesPerS / 1e9, true
-	}
-	return 0, false
+	return types
 }

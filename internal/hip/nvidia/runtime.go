@@ -361,7 +361,7 @@ func (r *Runtime) DeviceSynchronize() error {
 // application's blocking streams are waited for, as CUDA's own synchronous
 // memset does.
 //
-// Measured on the H200 (bench/h200/run_hip.sh): once about as many streams
+// Measured on the H200 (docs/measurements.md): once about as many streams
 // as the context has hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, default
 // 8) are parked on wait-values, other work of the process stalls, this call
 // included, whichever stream it uses (a private non-blocking stream hung the
@@ -637,7 +637,7 @@ const (
 // Several ranks share one GPU in cecoll, each parking its stream on a
 // wait-value during a flag sync; once the parked streams fill the
 // context's queues, every other stream of the process stalls, a peer's
-// releasing write included, and the GPU deadlocks (bench/h200/chanpark.cu
+// releasing write included, and the GPU deadlocks (docs/measurements.md,
 // on the H200: 7 parked streams of 8 queues stall nothing, 8 stall all;
 // with 32 queues, 31 and 32). The variable only counts if set before the
 // driver's cuInit; streamQueues says what holds. It returns the variable as

@@ -113,7 +113,7 @@ func TestMulticastNeverSupported(t *testing.T) {
 }
 
 // TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
-// reads it (measured with bench/h200/chanpark.cu), else cecoll's 32 unless
+// reads it (measured on the H200: docs/measurements.md), else cecoll's 32 unless
 // the driver was initialised before cecoll set the variable.
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {

@@ -7,7 +7,7 @@
  * outside the driver (cecoll's Go code, the shim's few ns, the caller).
  *
  *   gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 \
- *     -o DIR/libcuda.so.1 bench/h200/cushim.c -ldl -lpthread
+ *     -o DIR/libcuda.so.1 lab/h200/cushim.c -ldl -lpthread
  *   LD_LIBRARY_PATH=DIR:$LD_LIBRARY_PATH hostcost ...
  *
  * The real driver: $CUSHIM_REAL if set, else the first libcuda.so.1 in the

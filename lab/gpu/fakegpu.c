@@ -3,7 +3,7 @@
  * graph capture and replay, the overlap protocol, teardown, error paths) can
  * be exercised on a machine without a GPU. It measures nothing real.
  *
- *   gcc -O2 -shared -fPIC -o /tmp/fake/libcuda.so.1 bench/gpu/fakegpu.c -lpthread
+ *   gcc -O2 -shared -fPIC -o /tmp/fake/libcuda.so.1 lab/gpu/fakegpu.c -lpthread
  *   LD_LIBRARY_PATH=/tmp/fake CUBLAS_LIB=/tmp/fake/libcuda.so.1 \
  *     build/gpu/ncclcmp perf -L /tmp/fake/libcuda.so.1 -N 3 -s 8,1K,1M -G
  *
@@ -162,7 +162,7 @@ CUresult cuGraphLaunch(struct graph* ge, struct stream* s) {
 }
 CUresult cuGraphExecDestroy(struct graph* ge) { (void)ge; return 0; }
 CUresult cuGraphDestroy(struct graph* g) { free(g->ops); free(g); return 0; }
-/* For bench/h200/hostcost -x (and its cushim check): every stream runs at
+/* For lab/h200/hostcost -x (and its cushim check): every stream runs at
  * the call, so a wait-value cannot block and is not checked; write-values
  * and copies run, so the data still is. */
 CUresult cuCtxSynchronize(void) { return 0; }

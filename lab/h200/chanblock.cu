@@ -1,4 +1,4 @@
-// bench/h200/chanblock.cu: can work queued on one stream block another stream of the same
+// lab/h200/chanblock.cu: can work queued on one stream block another stream of the same
 // process and GPU behind a stream wait? The lead on the thread-per-rank hang (README, known
 // limits): if the driver feeds the copies of several streams through one shared hardware queue,
 // a copy of stream A that waits (by stream order) on a flag is a wall for every later item of
@@ -15,7 +15,7 @@
 //   W: value (cuStreamWriteValue32), copy (4-byte copy from a device word holding 1)
 // Usage: chanblock X Y W [K=40] [kstart=1]. Prints one line per k:
 //   CHAN X= Y= W= k= blocked=0|1 released=kernel|stuck
-// Build on the GPU machine: nvcc -O2 -o chanblock bench/h200/chanblock.cu -lcuda
+// Build on the GPU machine: nvcc -O2 -o chanblock lab/h200/chanblock.cu -lcuda
 #include <cstring>
 #include <unistd.h>
 #include "probe.h"

@@ -1,12 +1,14 @@
 #!/bin/bash
-# run_ce.sh: the engine's check on one H200, from the repository root, with
-# carried prebuilt binaries (that machine has no Go):
+# run_ce.sh: the engine's check on one NVIDIA GPU, run from anywhere in a
+# copy of the repository with carried prebuilt binaries (that machine has
+# no Go):
 #   build/libcecoll.so, build/cecoll-perf, build/ctests/test_*
 # Runs the C tests on the nvidia backend with 2, 4 and 8 ranks on the one GPU
 # (group mode, one process, one collective at a time),
 # then cecoll-perf at 8 B and 64 MiB per rank for N = 2, 4, 8, and prints a
 # summary last. Sized for about 3 minutes; every step has a timeout.
 set -u
+cd "$(dirname "$0")/../.." || exit 2
 export NCCL_NVLS_ENABLE=0 CECOLL_BACKEND=nvidia
 export LD_LIBRARY_PATH=$PWD/build:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/cecoll_out}
@@ -25,7 +27,8 @@ done
 echo "== cecoll-perf, 8 B and 64 MiB per rank"
 : >"$OUT/perf.txt"
 for n in 2 4 8; do
-  timeout -k 3 20 build/cecoll-perf -N $n -b 8 -e 64M -f 8388608 -n 20 -w 3 -c 1 >>"$OUT/perf.txt" 2>&1
+  timeout -k 3 20 build/cecoll-perf -g $n -b $((8 * n)) -e $((64 * n))M -f 8388608 -d uint8 -R 2 -n 20 -w 3 -c 1 \
+    >>"$OUT/perf.txt" 2>&1
   echo "EXIT perf N=$n $?" >>"$OUT/perf.txt"
 done
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""summary.py OUT: the issue-7 tables from the logs bench/multigpu/run.sh left in OUT.
+"""summary.py OUT: the issue-7 tables from the logs lab/multigpu/run.sh left in OUT.
 
 Reads the CEIL lines of ceil.log, the ROW lines of perf_*.log (ncclcmp), the
 JSON of cecoll-perf (cperf_*.json) and the OVERLAP lines of overlap_*.log,
@@ -56,7 +56,7 @@ def main(out):
         except (OSError, ValueError) as e:
             print("  (cannot read %s: %s)" % (path, e))
             continue
-        series = "cecoll-perf/%s/%s" % ("win" if j.get("registered") else "plain", "graph" if j.get("graph") else "eager")
+        series = "cecoll-perf/%s/%s" % ("win" if j.get("register") == 2 else "plain", "graph" if j.get("graph") else "eager")
         for r in j.get("rows", []):
             if r.get("in_place"):
                 continue

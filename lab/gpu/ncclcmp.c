@@ -70,7 +70,7 @@
  * command line or a library that does not load). A watchdog (alarm) ends
  * the process with exit code 3 and the phase of every rank when a phase
  * takes more than -W seconds. Build:
- *   gcc -O2 -Wall -Wextra -I include -o build/gpu/ncclcmp bench/gpu/ncclcmp.c -ldl -lpthread
+ *   gcc -O2 -Wall -Wextra -I include -o build/gpu/ncclcmp lab/gpu/ncclcmp.c -ldl -lpthread
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -1,17 +1,19 @@
 #!/bin/bash
 # run_hip.sh: runs on the H200 device machine, from the repository root.
-# Compiles cecoll_cbench.c, runs the carried Go test binary of
-# internal/hip/nvidia (bench/h200/bin/nvidia.test, built on the dev host with
-#   go test -c -o bench/h200/bin/nvidia.test ./internal/hip/nvidia),
-# its tests and benchmarks, and prints a summary table last: Go vs C host
-# cost per call, and batched vs single-copy bandwidth. Everything is tee'd
-# to $OUT. Multicast is never used (no cuMulticast* call anywhere).
+# Compiles cecoll_cbench.c, runs the device runtime's tests
+# (ctests/gpu/hip.sh, with the carried test binary build/gpu/nvidia.test,
+# built on the dev host with go test -c -o build/gpu/nvidia.test
+# ./internal/hip/nvidia) and its benchmarks, and prints a summary table
+# last: Go vs C host cost per call, and batched vs single-copy bandwidth.
+# Everything is tee'd to $OUT. Multicast is never used (no cuMulticast* call
+# anywhere).
 set -u
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-/tmp/cecoll_out}
 mkdir -p "$OUT"
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=$HERE/bin/nvidia.test
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=$ROOT/build/gpu/nvidia.test
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 BURSTS=${BURSTS:-500}
 exec > >(tee "$OUT/run_hip.log") 2>&1
@@ -36,19 +38,7 @@ echo "== probe: which streams stop while others are parked on a wait-value"
 timeout 30 $CB probe | tee "$OUT/probe.txt"
 CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 30 $CB probe | tee -a "$OUT/probe.txt"
 
-# Each group runs in its own process, so that a watchdog stopping one (a
-# hung wait) does not hide the results of the others.
-gotest() { # name, env..., -- args...
-  local name=$1; shift
-  echo "== Go tests: $name"
-  env "$@" -test.v -test.count=1 -test.timeout 170s 2>&1 | tee -a "$OUT/gotest.txt"
-  echo "EXIT $name ${PIPESTATUS[0]}" | tee -a "$OUT/gotest.txt"
-}
-: > "$OUT/gotest.txt"
-gotest backend timeout 150 "$BIN" -test.run '^(TestSymbol|TestOpen|TestMulticast|TestLaunchPath|TestGPU)'
-gotest conformance timeout 180 "$BIN" -test.run '^TestConformance$/^(devices|memory|stream-fifo|events|ping-pong|cross-process|batch-copy|capture|null-stream|bad-args)$'
-gotest conformance-wait-write timeout 60 "$BIN" -test.run '^TestConformance$/^wait-write$'
-gotest conformance-wait-write-32conn CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 60 "$BIN" -test.run '^TestConformance$/^wait-write$'
+OUT=$OUT bash "$ROOT/ctests/gpu/hip.sh" | tee "$OUT/hip.txt"
 
 echo "== Go benchmarks"
 N=$((BURSTS * 64))
@@ -58,11 +48,7 @@ timeout 120 "$BIN" -test.run '^$' -test.benchtime 30x -test.bench 'Copy1GiB' 2>&
 
 echo
 echo "== SUMMARY"
-pass=$(grep -c -- '^\s*--- PASS' "$OUT/gotest.txt")
-fail=$(grep -c -- '^\s*--- FAIL' "$OUT/gotest.txt")
-skip=$(grep -c -- '^\s*--- SKIP' "$OUT/gotest.txt")
-echo "go tests (incl. subtests): pass=$pass fail=$fail skip=$skip"
-grep -E -- '^\s*--- (FAIL|SKIP)|^EXIT |watchdog|did not finish' "$OUT/gotest.txt"
+grep -E -- '^go tests|^\s*--- FAIL|^EXIT .* [1-9]' "$OUT/hip.txt"
 grep '^PROBE' "$OUT/probe.txt"
 awk '
   FNR==NR && $1=="CBENCH" { c[$2]=$3; next }

@@ -1,4 +1,4 @@
-// bench/h200/chanpark.cu: how many streams of one process can be parked on stream waits before
+// lab/h200/chanpark.cu: how many streams of one process can be parked on stream waits before
 // other work of the GPU stalls? internal/hip/nvidia's raiseConnections rests on the finding that
 // once about CUDA_DEVICE_MAX_CONNECTIONS streams are parked, a peer's releasing write stalls too
 // (a single parked stream blocks nobody: chanblock.cu). This maps the threshold.
@@ -13,7 +13,7 @@
 // (stalls from P=8 mean the driver read the variable at cuInit). CHANPARK_GRAPH=1: each parked
 // stream's work is captured into a graph and launched on it (CHANPARK_REPLAYS=R: R times);
 // CHANPARK_TRACE=1 prints a line per launch (a launch can block on the host).
-// Build on the GPU machine: nvcc -O2 -o chanpark bench/h200/chanpark.cu -lcuda
+// Build on the GPU machine: nvcc -O2 -o chanpark lab/h200/chanpark.cu -lcuda
 #include <cstring>
 #include <unistd.h>
 #include "probe.h"

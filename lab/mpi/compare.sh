@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 5: cecoll-perf against OpenMPI over shared memory, measured in one run.
 #
-#   bash bench/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
+#   bash lab/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
 #
-# For N = 2 and 4 ranks: cecoll-perf -N N (ranks in one process), cecoll-perf
+# For N = 2 and 4 ranks: cecoll-perf -g N (ranks in one process), cecoll-perf
 # -P N (one process per rank) and mpirun -np N mpi-coll-bench, at 8 B, 16 MiB
-# and 64 MiB per rank (per-rank chunk), out of place and in place. The raw
+# and 64 MiB per rank (total sizes N times that: -b/-e are nccl-tests' total
+# sizes), out of place and in place; uint8, symmetric windows (-R 2), the
+# slowest process's time (-a 3, as mpi-coll-bench). The raw
 # tables go to OUTDIR/*.txt; the summary prints busbw ratios cecoll/MPI at
 # 16 and 64 MiB and time ratios at 8 B, with the issue's targets: busbw >=
 # MPI's at 16/64 MiB; 8 B time <= 2x MPI's with ranks in one process.
@@ -34,26 +36,30 @@ mkdir -p "$OUT"
 run() { # name, command...: the table into OUT/name.txt, echoed
   local name=$1; shift
   echo "+ $*" | tee "$OUT/$name.txt"
-  "$@" 2>&1 | tee -a "$OUT/$name.txt" | grep -E '^# (cecoll-perf|mpi_coll_bench|copy ceiling)' || true
+  "$@" 2>&1 | tee -a "$OUT/$name.txt" | grep -E '^# (cecoll-perf|mpi_coll_bench|Collective test starting)' || true
 }
 
 for n in $RANKS; do
-  small=(-b 8 -e 8 -n "$SMALL_ITERS" -w 200 -c 1)
-  big=(-b 16M -e 64M -f 4 -n "$BIG_ITERS" -w 1 -c 1)
+  small=(-b $((8 * n)) -e $((8 * n)) -n "$SMALL_ITERS" -w 200 -c 1)
+  big=(-b $((16 * n))M -e $((64 * n))M -f 4 -n "$BIG_ITERS" -w 1 -c 1)
   for s in small big; do
     eval "args=(\"\${$s[@]}\")"
-    run "cecoll-N$n-$s" "$PERF" -N "$n" "${args[@]}"
-    run "cecoll-P$n-$s" "$PERF" -P "$n" "${args[@]}"
+    run "cecoll-g$n-$s" "$PERF" -g "$n" -d uint8 -R 2 "${args[@]}"
+    run "cecoll-P$n-$s" "$PERF" -P "$n" -d uint8 -R 2 -a 3 "${args[@]}"
     run "mpi-$n-$s" "${MPIRUN[@]}" "$n" "$MPIB" "${args[@]}"
   done
 done
 
 # gloo (torch.distributed) in the same run, where Debian's torch is installed.
 if /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
-  echo "+ python3 -m cecoll.bench --ranks ${RANKS// /,} --sizes 8,16M,64M" | tee "$OUT/gloo.txt"
-  PYTHONPATH=python CECOLL_LIBRARY=build/libcecoll.so /usr/bin/python3 -m cecoll.bench \
-    --ranks "${RANKS// /,}" --sizes 8,16M,64M --big-iters "$BIG_ITERS" >>"$OUT/gloo.txt" 2>&1 ||
-    echo "compare.sh: cecoll.bench failed (see $OUT/gloo.txt)" >&2
+  : >"$OUT/gloo.txt"
+  for n in $RANKS; do
+    sizes=$((8 * n)),$((16 * n))M,$((64 * n))M
+    echo "+ python3 -m cecoll.bench --ranks $n --sizes $sizes" | tee -a "$OUT/gloo.txt"
+    PYTHONPATH=python CECOLL_LIBRARY=build/libcecoll.so /usr/bin/python3 -m cecoll.bench \
+      --ranks "$n" --sizes "$sizes" --big-iters "$BIG_ITERS" >>"$OUT/gloo.txt" 2>&1 ||
+      echo "compare.sh: cecoll.bench failed (see $OUT/gloo.txt)" >&2
+  done
 else
   echo "## SKIPPED: gloo (no torch for /usr/bin/python3)" | tee "$OUT/gloo.txt"
 fi
@@ -62,22 +68,23 @@ fi
 import os, sys
 out, ranks = sys.argv[1], [int(x) for x in sys.argv[2:]]
 COLLS = ("allgather", "alltoall", "scatter", "gather")
+TESTS = {"all_gather_perf": "allgather", "alltoall_perf": "alltoall", "scatter_perf": "scatter", "gather_perf": "gather"}
 
 def parse(path):
-    """{(coll, chunk, inplace): (time_us, busbw, ceil%)} and the copy ceiling line."""
-    rows, coll, ceil = {}, None, ""
+    """{(coll, size, inplace): (time_us, busbw, ceil% or None, wrong)} from nccl-tests' format
+    with cecoll-perf's two %ceil columns at the end."""
+    rows, coll = {}, None
     for line in open(path):
         f = line.split()
-        if line.startswith("# copy ceiling"):
-            ceil = line.split(":", 1)[1].split("(")[0].strip()
-        elif len(f) == 2 and f[0] == "#" and f[1] in COLLS:
-            coll = f[1]
+        if line.startswith("# Collective test starting:"):
+            coll = TESTS.get(f[-1])
         elif f and f[0].isdigit() and coll and len(f) >= 15:
-            size, chunk = int(f[0]), None
-            for ip, base in ((0, 5), (1, 10)):
-                pc = f[base + 4]
-                rows[(coll, size, ip)] = (float(f[base]), float(f[base + 2]), None if pc == "-" else float(pc), int(f[base + 3]))
-    return rows, ceil
+            size = int(f[0])
+            for ip, base in ((0, 5), (1, 9)):
+                pc = f[13 + ip].rstrip("~")
+                wrong = 0 if f[base + 3] == "N/A" else int(float(f[base + 3]))
+                rows[(coll, size, ip)] = (float(f[base]), float(f[base + 2]), None if pc == "-" else float(pc), wrong)
+    return rows
 
 def fmt_size(b):
     return "%d B" % b if b < 1 << 20 else "%d MiB" % (b >> 20)
@@ -85,34 +92,29 @@ def fmt_size(b):
 fails = []
 for n in ranks:
     t = {}
-    ceils = {}
-    for prog in ("cecoll-N", "cecoll-P", "mpi-"):
+    for prog in ("cecoll-g", "cecoll-P", "mpi-"):
         rows = {}
         for s in ("small", "big"):
-            r, c = parse(os.path.join(out, "%s%d-%s.txt" % (prog, n, s)))
-            rows.update(r)
-            if s == "big":
-                ceils[prog] = c
+            rows.update(parse(os.path.join(out, "%s%d-%s.txt" % (prog, n, s))))
         t[prog] = rows
-    print("\n== %d ranks: cecoll -N %d (one process), -P %d (processes) vs OpenMPI (-np %d); copy ceilings: cecoll %s, memcpy %s"
-          % (n, n, n, n, ceils["cecoll-N"], ceils["mpi-"]))
+    print("\n== %d ranks: cecoll -g %d (one process), -P %d (processes) vs OpenMPI (-np %d)" % (n, n, n, n))
     print("%-9s %7s %4s | %10s %8s | %10s %8s %5s | %10s %8s | %12s %12s"
-          % ("coll", "chunk", "ip", "MPI us", "busbw", "-N us", "busbw", "%ceil", "-P us", "busbw", "-N/MPI", "-P/MPI"))
+          % ("coll", "chunk", "ip", "MPI us", "busbw", "-g us", "busbw", "%ceil", "-P us", "busbw", "-g/MPI", "-P/MPI"))
     for coll in COLLS:
         for (c2, size, ip) in sorted(k for k in t["mpi-"] if k[0] == coll):
             chunk = size // n
-            m, a, p = t["mpi-"][(coll, size, ip)], t["cecoll-N"].get((coll, size, ip)), t["cecoll-P"].get((coll, size, ip))
+            m, a, p = t["mpi-"][(coll, size, ip)], t["cecoll-g"].get((coll, size, ip)), t["cecoll-P"].get((coll, size, ip))
             if a is None or p is None:
                 continue
             if chunk < 1 << 20:  # latency: time ratio (lower is better)
                 ra, rp = a[0] / m[0], p[0] / m[0]
                 cell = ("time %.1fx" % ra, "time %.1fx" % rp)
                 if ra > 2.0:
-                    fails.append("%d ranks %s %s %s: -N time %.1fx MPI's (target <= 2x)" % (n, coll, fmt_size(chunk), "in place" if ip else "out of place", ra))
+                    fails.append("%d ranks %s %s %s: -g time %.1fx MPI's (target <= 2x)" % (n, coll, fmt_size(chunk), "in place" if ip else "out of place", ra))
             else:  # bandwidth: busbw ratio (higher is better)
                 ra, rp = a[1] / m[1], p[1] / m[1]
                 cell = ("busbw %.2fx" % ra, "busbw %.2fx" % rp)
-                for who, r in (("-N", ra), ("-P", rp)):
+                for who, r in (("-g", ra), ("-P", rp)):
                     if r < 1.0:
                         fails.append("%d ranks %s %s %s: %s busbw %.2fx MPI's (target >= 1x)" % (n, coll, fmt_size(chunk), "in place" if ip else "out of place", who, r))
             wrong = sum(x[3] for x in (m, a, p) if x[3] > 0)
@@ -122,7 +124,7 @@ for n in ranks:
                      "  WRONG BYTES %d" % wrong if wrong else ""))
 print("\n== gloo (python -m cecoll.bench, same run)")
 sys.stdout.write("".join(l for l in open(os.path.join(out, "gloo.txt")) if not l.startswith("+")))
-print("\n== targets: busbw >= OpenMPI's at 16/64 MiB (-N and -P); 8 B time <= 2x OpenMPI's with -N")
+print("\n== targets: busbw >= OpenMPI's at 16/64 MiB per rank (-g and -P); 8 B time <= 2x OpenMPI's with -g")
 if fails:
     print("missed (%d):" % len(fails))
     for f in fails:

@@ -1,4 +1,4 @@
-// bench/h200/probe.h: what the stream probes (chanblock.cu, chanpark.cu) share: error checks
+// lab/h200/probe.h: what the stream probes (chanblock.cu, chanpark.cu) share: error checks
 // that exit 1 naming the call, and a bounded wait for a stream.
 #pragma once
 #include <chrono>

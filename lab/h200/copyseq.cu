@@ -1,8 +1,8 @@
-// bench/h200/copyseq.cu: is a chain of large copies on one stream slower than one copy of the same bytes?
+// lab/h200/copyseq.cu: is a chain of large copies on one stream slower than one copy of the same bytes?
 // (Scatter's and Gather's root copies its n blocks one after another.) Times, best of 7, with events:
 // one 256 MiB copy; 4 x 64 MiB chained on one stream; the same as a captured graph (one launch);
 // 2 streams x 2 x 64 MiB at once. Build and run on the GPU machine:
-//   nvcc -O2 -o copyseq bench/h200/copyseq.cu && ./copyseq
+//   nvcc -O2 -o copyseq lab/h200/copyseq.cu && ./copyseq
 #include <cstdio>
 #include <cuda_runtime.h>
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)

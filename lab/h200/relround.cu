@@ -1,4 +1,4 @@
-// bench/h200/relround.cu: why does an eager 64 MiB Scatter in released rounds (the root releases,
+// lab/h200/relround.cu: why does an eager 64 MiB Scatter in released rounds (the root releases,
 // every rank copies its block on its own stream, the peers arrive) take about 10 us more per
 // collective than graph replays of the same work at 4 ranks? One process, one stream per rank, the
 // same ops as internal/ce, each chain variant timed eager and (where it can be captured) as one
@@ -11,7 +11,7 @@
 //   event     eager only: CUDA events (root records, peers wait; peers record, root waits);
 //             the host issues the root's release, the peers, then the root's waits
 // Usage: relround [ranks=4] [KiB per block=65536] [iters=40]. Build and run on the GPU machine:
-//   nvcc -O2 -o relround bench/h200/relround.cu -lcuda && ./relround 4 65536
+//   nvcc -O2 -o relround lab/h200/relround.cu -lcuda && ./relround 4 65536
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>

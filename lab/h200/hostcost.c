@@ -40,7 +40,7 @@
  * Output: "HOSTCOST bytes=B ranks=N cecoll_us=.. c_us=.. ratio=.." per size
  * (us per collective, median), plus VERIFY / INFO lines.
  *
- * Under bench/h200/cushim.c (a counting libcuda.so.1 first on
+ * Under lab/h200/cushim.c (a counting libcuda.so.1 first on
  * LD_LIBRARY_PATH, found by its cushim_* symbols in the libcuda handle) the
  * timed bursts of each side count into their own shim account (the untimed
  * syncs, checks and warm-ups into account 0), and per size and side it also

@@ -1,32 +1,33 @@
 #!/bin/bash
 # session.sh: every single-GPU measurement the open issues need, in one run on
-# the H200 device machine (bench/h200/README.md), from the repository root,
+# the H200 device machine (lab/h200/README.md), from the repository root,
 # with build/ carried (libcecoll.so, cecoll-perf, ctests/test_*; that machine
 # has no Go). Logs go under $OUT; a SUMMARY block comes last (also
 # $OUT/SUMMARY.txt).
 #
 # Steps, in run order (SESSION_STEPS picks some, e.g. "D3 D2"):
 #   D3  issue 6: host cost of one 4-rank AllGather, cecoll vs the same driver
-#       calls from C (bench/h200/hostcost.c), 8 B and 64 KiB
+#       calls from C (lab/h200/hostcost.c), 8 B and 64 KiB
 #   D5  issue 6: where D3's extra host time goes: hostcost at 8 B under
-#       bench/h200/cushim.c (a counting libcuda.so.1), defaults and
+#       lab/h200/cushim.c (a counting libcuda.so.1), defaults and
 #       allpairs/value: driver calls, time inside the driver and outside it
 #       per collective, per side, and per symbol
 #   D2  issue 6: 8 B per rank, graph replay, N=2,4,8, for CECOLL_SYNC x
 #       CECOLL_FLAG_WRITE (and the defaults, also eager)
-#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, -R 1 eager/graph (-n 20: with
-#       -n 5 the first eager iteration's start-up weighed a fifth), and
-#       -R 0 at 64 MiB eager/graph: %ceil
+#   D1  issue 6: 64 and 256 MiB per rank, N=2,4,8, symmetric windows (-R 2)
+#       eager/graph (20 iterations: with 5 the first eager iteration's
+#       start-up weighed a fifth), and unregistered (-R 0) at 64 MiB
+#       eager/graph: %ceil
 #   A   issue 3: the C tests in thread-per-rank mode (-m threads) at 2, 4, 8
 #       ranks with CUDA_DEVICE_MAX_CONNECTIONS unset and =32 (=8 too on the
 #       rows that hung before), group mode as the control, the queue probe,
 #       and the library's CECOLL_DEBUG=INFO lines of one short run
 #   B   issue 4: several processes on one GPU: test_multiproc (data, and
-#       kills), cecoll-perf -P 2/4 at 8 B and 64 MiB, -R 1/0, and /dev/shm +
+#       kills), cecoll-perf -P 2/4 at 8 B and 64 MiB per rank, -R 2/0, and /dev/shm +
 #       abstract sockets before and after
 #   C   issue 5: the Python tests (pytest), and a CUDA-tensor smoke test of
 #       the binding (2 and 4 processes, all four collectives, a window)
-#   D4  issue 6: overlap (bench/gpu/ncclcmp.c overlap), where that file exists
+#   D4  issue 6: overlap (lab/gpu/ncclcmp.c overlap), where that file exists
 #
 # Knobs (environment):
 #   OUT              log folder (default /tmp/cecoll_session)
@@ -43,7 +44,7 @@
 #   D1_NS, D2_NS     rank counts (default "2 4 8")
 #   D1_SIZES         "64M 256M" (host: "1M 4M")
 #   D2_ITERS         graph replays per 8 B row (default 50; eager rows: calls)
-#   D2_K             collectives captured per graph (cecoll-perf -K, default 20)
+#   D2_K             collectives captured per graph (cecoll-perf -n with -G, default 20)
 #   D2_COMBOS        [old:]sync/flag pairs (default "default/default allpairs/value
 #                    allpairs/copy star/value star/copy"); old: runs against OLD_LIB
 #   OLD_LIB          another build's libcecoll.so, in its own folder (for old: combos)
@@ -155,14 +156,16 @@ skip_step() { # id name reason
   printf '[%6ss] %-3s %-58s SKIP (%s)\n' "$(since "$T0")" "$1" "$2" "$3"
 }
 
-# perf_rows FILE: "coll size oop_us oop_busbw oop_ceil ip_us ip_busbw ip_ceil" per row of a cecoll-perf table.
+# perf_rows FILE: "coll size oop_us oop_busbw oop_ceil ip_us ip_busbw ip_ceil" per row of a cecoll-perf
+# table (nccl-tests' columns, then %ceil out of place and in place).
 perf_rows() {
-  awk '/^# (allgather|alltoall|scatter|gather)$/ { c = $2; next }
-       c != "" && /^ *[0-9]/ && NF >= 15 { print c, $1, $6, $8, $10, $11, $13, $15 }' "$1" 2>/dev/null
+  awk '/^# Collective test starting:/ { c = $NF; sub(/_perf$/, "", c); sub(/_/, "", c); next }
+       c != "" && /^ *[0-9]/ && NF >= 15 { print c, $1, $6, $8, $14, $10, $12, $15 }' "$1" 2>/dev/null
 }
+# mul_size SIZE N: SIZE (bytes, or with a K/M/G suffix) times N, for cecoll-perf's total sizes.
+mul_size() { case $1 in *[KMG]) echo "$((${1%?} * $2))${1: -1}" ;; *) echo "$(($1 * $2))" ;; esac; }
 # perf_us FILE COLL: the out-of-place time of the first row of COLL.
 perf_us() { perf_rows "$1" | awk -v c="$2" '$1 == c { print $3; exit }'; }
-ceiling() { grep -m1 -oE 'copy ceiling: [0-9.]+ GB/s' "$1" 2>/dev/null | awk '{ print $3 }'; }
 
 # ---- Setup -----------------------------------------------------------------------
 echo "== cecoll session: backend $BACKEND, budget ${BUDGET}s, steps: $STEPS"
@@ -174,7 +177,7 @@ if [ "$NVIDIA" = 1 ]; then
   fi
   if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' && ! ls /usr/local/nvidia/lib64/libcuda.so.1 >/dev/null 2>&1; then
     echo "!! no NVIDIA driver (libcuda.so.1) here: every nvidia step will fail."
-    echo "!! For a plumbing check without a GPU: SESSION_BACKEND=host bash bench/h200/session.sh"
+    echo "!! For a plumbing check without a GPU: SESSION_BACKEND=host bash lab/h200/session.sh"
   fi
 fi
 missing=
@@ -193,24 +196,24 @@ HOSTCOST=
 CBENCH=
 NCCLCMP=
 if [ "$NVIDIA" = 1 ]; then
-  if gcc -O2 -Wall -o "$BIN/hostcost" bench/h200/hostcost.c -ldl -lpthread >"$OUT/build_hostcost.log" 2>&1; then
+  if gcc -O2 -Wall -o "$BIN/hostcost" lab/h200/hostcost.c -ldl -lpthread >"$OUT/build_hostcost.log" 2>&1; then
     HOSTCOST=$BIN/hostcost
   else
     echo "!! hostcost did not build (see $OUT/build_hostcost.log)"
   fi
-  if gcc -O2 -Wall -I"$CUDA/include" bench/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L"$CUDA/lib64/stubs" -lcuda \
+  if gcc -O2 -Wall -I"$CUDA/include" lab/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L"$CUDA/lib64/stubs" -lcuda \
     >"$OUT/build_cbench.log" 2>&1 ||
-    gcc -O2 -Wall -I"$CUDA/include" bench/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L/usr/local/nvidia/lib64 \
+    gcc -O2 -Wall -I"$CUDA/include" lab/h200/cecoll_cbench.c -o "$BIN/cecoll_cbench" -L/usr/local/nvidia/lib64 \
       -l:libcuda.so.1 >>"$OUT/build_cbench.log" 2>&1; then
     CBENCH=$BIN/cecoll_cbench
   else
     echo "!! cecoll_cbench did not build (see $OUT/build_cbench.log)"
   fi
-  if [ -f bench/gpu/ncclcmp.c ]; then
-    if gcc -O2 -I include -o "$BIN/ncclcmp" bench/gpu/ncclcmp.c -ldl -lpthread >"$OUT/build_ncclcmp.log" 2>&1; then
+  if [ -f lab/gpu/ncclcmp.c ]; then
+    if gcc -O2 -I include -o "$BIN/ncclcmp" lab/gpu/ncclcmp.c -ldl -lpthread >"$OUT/build_ncclcmp.log" 2>&1; then
       NCCLCMP=$BIN/ncclcmp
     else
-      echo "!! bench/gpu/ncclcmp.c did not build (see $OUT/build_ncclcmp.log)"
+      echo "!! lab/gpu/ncclcmp.c did not build (see $OUT/build_ncclcmp.log)"
     fi
   fi
 fi
@@ -252,8 +255,8 @@ if want D5; then
   if [ -z "$HOSTCOST" ]; then
     skip_step D5 "hostcost under cushim" "needs the nvidia backend and a built hostcost"
   elif ! { mkdir -p "$BIN/cushim" &&
-    gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BIN/cushim/libcuda.so.1" bench/h200/cushim.c \
-      -ldl -lpthread && gcc -O2 -Wall -Wextra -DCUSHIM_BENCH -o "$BIN/cushim_bench" bench/h200/cushim.c -ldl; } \
+    gcc -O2 -Wall -Wextra -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BIN/cushim/libcuda.so.1" lab/h200/cushim.c \
+      -ldl -lpthread && gcc -O2 -Wall -Wextra -DCUSHIM_BENCH -o "$BIN/cushim_bench" lab/h200/cushim.c -ldl; } \
     >"$OUT/d5/build_cushim.log" 2>&1; then
     skip_step D5 "hostcost under cushim" "cushim.c did not build (d5/build_cushim.log)"
     cat "$OUT/d5/build_cushim.log"
@@ -307,13 +310,13 @@ if want D2; then
     k=$(combo_key "$combo")
     for n in $D2_NS; do
       run_step D2 "8B graph N=$n $combo" 45 "$OUT/d2/graph_N${n}_${k}.txt" \
-        env "${envs[@]}" "$PERF" -N "$n" -b 8 -e 8 -n "$D2_ITERS" -w 5 -c 1 -G -K "$D2_K" \
+        env "${envs[@]}" "$PERF" -g "$n" -b $((8 * n)) -e $((8 * n)) -d uint8 -R 2 -n "$D2_K" -G "$D2_ITERS" -w 5 -c 1 \
         --json "$OUT/d2/graph_N${n}_${k}.json"
     done
   done
   for n in $D2_NS; do
     run_step D2 "8B eager N=$n sync=default flag=default" 45 "$OUT/d2/eager_N${n}_default_default.txt" \
-      "$PERF" -N "$n" -b 8 -e 8 -n 500 -w 20 -c 1 --json "$OUT/d2/eager_N${n}_default_default.json"
+      "$PERF" -g "$n" -b $((8 * n)) -e $((8 * n)) -d uint8 -R 2 -n 500 -w 20 -c 1 --json "$OUT/d2/eager_N${n}_default_default.json"
   done
 fi
 
@@ -327,12 +330,17 @@ if want D1; then
     # row (docs/measurements.md); the C tests check the data.
     chk=0
     for mode in eager graph; do
-      g=()
-      [ "$mode" = graph ] && g=(-G)
+      # ITERS calls, or one call captured and replayed ITERS times.
+      it() { if [ "$mode" = graph ]; then echo "-n 1 -G $1"; else echo "-n $1"; fi; }
+      # R=1: symmetric windows (-R 2), R=0: unregistered (-R 0); sizes per rank times n.
+      # shellcheck disable=SC2046 # it() gives options
       run_step D1 "N=$n R=1 $mode $small..$big" 90 "$OUT/d1/N${n}_R1_${mode}.txt" \
-        "$PERF" -N "$n" -b "$small" -e "$big" -f 4 -n 20 -w 3 -c "$chk" -R 1 "${g[@]}" --json "$OUT/d1/N${n}_R1_${mode}.json"
+        "$PERF" -g "$n" -b "$(mul_size "$small" "$n")" -e "$(mul_size "$big" "$n")" -f 4 -d uint8 -w 3 -c "$chk" -R 2 \
+        $(it 20) --json "$OUT/d1/N${n}_R1_${mode}.json"
+      # shellcheck disable=SC2046
       run_step D1 "N=$n R=0 $mode $small" 60 "$OUT/d1/N${n}_R0_${mode}.txt" \
-        "$PERF" -N "$n" -b "$small" -e "$small" -n 5 -w 2 -c "$chk" -R 0 "${g[@]}" --json "$OUT/d1/N${n}_R0_${mode}.json"
+        "$PERF" -g "$n" -b "$(mul_size "$small" "$n")" -e "$(mul_size "$small" "$n")" -d uint8 -w 2 -c "$chk" -R 0 \
+        $(it 5) --json "$OUT/d1/N${n}_R0_${mode}.json"
     done
   done
 fi
@@ -395,7 +403,8 @@ if want B; then
   for p in 2 4; do
     for r in 1 0; do
       run_step B "cecoll-perf -P $p -R $r 8B+64M" 60 "$OUT/b/perf_P${p}_R${r}.txt" \
-        "$PERF" -P "$p" -b 8 -e 64M -f 8388608 -n 10 -w 2 -c 0 -R "$r" --json "$OUT/b/perf_P${p}_R${r}.json"
+        "$PERF" -P "$p" -b $((8 * p)) -e $((64 * p))M -f 8388608 -d uint8 -n 10 -w 2 -c 0 -R $((2 * r)) \
+        --json "$OUT/b/perf_P${p}_R${r}.json"
     done
   done
   sleep 1
@@ -508,15 +517,15 @@ if want D4; then
   if [ "$NVIDIA" != 1 ]; then
     skip_step D4 "ncclcmp overlap" "needs the nvidia backend"
   elif [ -n "$NCCLCMP" ]; then
-    # CLI of bench/gpu/ncclcmp.c (its header): -L library, --ce = ncclMemAlloc
+    # CLI of lab/gpu/ncclcmp.c (its header): -L library, --ce = ncclMemAlloc
     # buffers in registered windows (cecoll's zero-copy path), -W watchdog.
     run_step D4 "ncclcmp overlap -L libcecoll.so --ce -N 4" 90 "$OUT/d4/overlap.txt" \
       "$NCCLCMP" overlap -L "$LIB" -l cecoll --ce -N 4 -W 60
     grep -E '^OVERLAP' "$OUT/d4/overlap.txt"
-  elif [ -f bench/gpu/ncclcmp.c ]; then
-    skip_step D4 "ncclcmp overlap" "bench/gpu/ncclcmp.c did not build here"
+  elif [ -f lab/gpu/ncclcmp.c ]; then
+    skip_step D4 "ncclcmp overlap" "lab/gpu/ncclcmp.c did not build here"
   else
-    skip_step D4 "ncclcmp overlap" "bench/gpu/ncclcmp.c not in the tree"
+    skip_step D4 "ncclcmp overlap" "lab/gpu/ncclcmp.c not in the tree"
   fi
 fi
 
@@ -585,7 +594,7 @@ fi
 
   if want D1; then
     echo
-    echo "-- D1 large messages: chunk = bytes per rank; %ceil = share of the one-copy ceiling (out of place / in place); busbw GB/s out of place"
+    echo "-- D1 large messages: chunk = bytes per rank; %ceil = the N-copy ceiling's time over the collective's (out of place / in place; ~: the ceiling moved); busbw GB/s out of place"
     printf '  %3s %2s %-6s %-10s %9s %9s %8s %8s %7s\n' "N" "R" "mode" "coll" "chunk" "time(us)" "busbw" "%ceil" "ip%ceil"
     for n in $D1_NS; do
       for r in 1 0; do
@@ -598,8 +607,6 @@ fi
         done
       done
     done
-    for fl in "$OUT"/d1/*.txt; do break; done
-    [ -f "$fl" ] && echo "  copy ceiling: $(ceiling "$fl") GB/s (cecollMemcpy D2D, first run)"
   fi
 
   if want A; then

@@ -1,10 +1,10 @@
-/* bench/h200/preinit.c: cecoll's hardware-queue check (hip.Caps.StreamQueues) where the process
+/* lab/h200/preinit.c: cecoll's hardware-queue check (hip.Caps.StreamQueues) where the process
  * made its CUDA context before cecoll. It runs cuInit and retains device 0's primary context
  * (as torch or cuBLAS would), then ncclCommInitAll with N ranks all on device 0 and, if that
  * worked, one AllGather of 4 bytes per rank in a group, synchronised. Prints
  *   PREINIT n= init=<ncclResult> err="<ncclGetLastError>" allgather=<ncclResult|->
  * Usage: preinit N [early]   (early: no CUDA call before cecoll's).
- * Build: gcc -O2 -I include -o preinit bench/h200/preinit.c -Lbuild -lcecoll -ldl */
+ * Build: gcc -O2 -I include -o preinit lab/h200/preinit.c -Lbuild -lcecoll -ldl */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

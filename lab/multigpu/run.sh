@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bench/multigpu/run.sh: issue 7 in one device call, on a host with 1, 2, 4 or
+# lab/multigpu/run.sh: issue 7 in one device call, on a host with 1, 2, 4 or
 # 8 GPUs. Run from the repository root with the prebuilt files carried along
 # (that machine has no Go): build/libcecoll.so, build/cecoll-perf,
-# build/ctests/test_*, and the sources under bench/ and include/.
+# build/ctests/test_*, and the sources under lab/ and include/.
 #
-#   bash bench/multigpu/run.sh                 everything, logs in $OUT (default /tmp/out)
-#   QUICK=1 bash bench/multigpu/run.sh         fewer sizes and iterations
-#   SKIP=ctests,multiproc,cperf,graph,overlap,extra bash bench/multigpu/run.sh   (any of these)
+#   bash lab/multigpu/run.sh                 everything, logs in $OUT (default /tmp/out)
+#   QUICK=1 bash lab/multigpu/run.sh         fewer sizes and iterations
+#   SKIP=ctests,multiproc,cperf,graph,overlap,extra bash lab/multigpu/run.sh   (any of these)
 #
 # Steps (each under `timeout`, its seconds printed; the whole run stays
 # inside BUDGET seconds: a step that would not fit is skipped and says so):
@@ -21,8 +21,8 @@
 #      per GPU at <ndev>) in -m group and -m threads; test_multiproc (one
 #      process per GPU) -n 2,<ndev>.
 #   graph: the ncclcmp sweeps again with -G.
-#   cperf: build/cecoll-perf -N <ndev> eager and -G (8 B..16 MiB checked,
-#      64 MiB..1 GiB unchecked).
+#   cperf: build/cecoll-perf -g <ndev> eager and -G (8 B..16 MiB per rank
+#      checked, 64 MiB..1 GiB per rank unchecked).
 #   extra: overlap for NCCL's ce path; cecoll's default path (cuMemAlloc
 #      buffers, staged); a short NCCL --ce run with NCCL_DEBUG=INFO.
 #   SUMMARY: pass/fail per step, busbw at 64 MiB, 256 MiB and 1 GiB per rank
@@ -30,7 +30,8 @@
 #
 # Knobs (environment): OUT, BUDGET (seconds, default 450), QUICK=1, SKIP,
 # NDEV, SIZES (ncclcmp -s list), ITERS, WARMUP, CAP (ncclcmp -S),
-# CPERF_SMALL / CPERF_LARGE (cecoll-perf size arguments; -c 1 / -c 0), CTEST_ARGS, OV_BYTES, OV_M, OV_R,
+# CPERF_SMALL / CPERF_LARGE (cecoll-perf size arguments, total sizes as nccl-tests' -b/-e; default per
+# rank 8 B..1 or 16 MiB and 64 MiB..1 GiB times NDEV; -c 1 / -c 0), CTEST_ARGS, OV_BYTES, OV_M, OV_R,
 # NCCL_LIB, CUBLAS_LIB, CECOLL_LIB (the library ncclcmp loads as cecoll), CC.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -53,15 +54,13 @@ if [ "$QUICK" = 1 ]; then
   SIZES=${SIZES:-8,1M,64M,256M,1G}
   ITERS=${ITERS:-10}
   WARMUP=${WARMUP:-3}
-  CPERF_SMALL=${CPERF_SMALL:--b 8 -e 1M -f 128}
-  CPERF_LARGE=${CPERF_LARGE:--b 64M -e 1G -f 4}
+  CPERF_SMALL_RANK=(8 1M 128)
   CTEST_ARGS=${CTEST_ARGS:--c 0,7,1001 -l 64 -g 2 -q}
 else
   SIZES=${SIZES:-8,64,512,4K,32K,256K,1M,4M,16M,64M,256M,1G}
   ITERS=${ITERS:-20}
   WARMUP=${WARMUP:-5}
-  CPERF_SMALL=${CPERF_SMALL:--b 8 -e 16M -f 8}
-  CPERF_LARGE=${CPERF_LARGE:--b 64M -e 1G -f 4}
+  CPERF_SMALL_RANK=(8 16M 8)
   CTEST_ARGS=${CTEST_ARGS:--c 0,1,7,1001 -l 64 -g 2}
 fi
 CAP=${CAP:-4G}
@@ -112,6 +111,9 @@ cat "$OUT/topo.txt"
 NDEV=${NDEV:-$(grep -c '^GPU ' "$OUT/gpus.txt")}
 [ "$NDEV" -ge 1 ] 2>/dev/null || NDEV=1
 if [ "$NDEV" -le 2 ]; then RLIST=2; else RLIST=2,$NDEV; fi
+e=${CPERF_SMALL_RANK[1]%M}
+CPERF_SMALL=${CPERF_SMALL:--b $((CPERF_SMALL_RANK[0] * NDEV)) -e $((e * NDEV))M -f ${CPERF_SMALL_RANK[2]}}
+CPERF_LARGE=${CPERF_LARGE:--b $((64 * NDEV))M -e $((NDEV))G -f 4}
 echo "devices: $NDEV; rank lists: $RLIST"
 
 PY=python3
@@ -148,7 +150,7 @@ mkdir -p "$ROOT/build/gpu"
 built=0
 for cc in ${CC:-} gcc cc clang; do
   command -v "$cc" >/dev/null 2>&1 || continue
-  if "$cc" -O2 -Wall -Wextra -I "$ROOT/include" -o "$NCMP.new" "$ROOT/bench/gpu/ncclcmp.c" -ldl -lpthread \
+  if "$cc" -O2 -Wall -Wextra -I "$ROOT/include" -o "$NCMP.new" "$ROOT/lab/gpu/ncclcmp.c" -ldl -lpthread \
     >"$OUT/ncclcmp.build.log" 2>&1; then
     mv "$NCMP.new" "$NCMP"
     built=1
@@ -157,7 +159,7 @@ for cc in ${CC:-} gcc cc clang; do
   fi
 done
 if [ "$built" = 0 ] && command -v nvcc >/dev/null 2>&1; then
-  nvcc -x c -O2 -I "$ROOT/include" -o "$NCMP.new" "$ROOT/bench/gpu/ncclcmp.c" -ldl -lpthread \
+  nvcc -x c -O2 -I "$ROOT/include" -o "$NCMP.new" "$ROOT/lab/gpu/ncclcmp.c" -ldl -lpthread \
     >>"$OUT/ncclcmp.build.log" 2>&1 && mv "$NCMP.new" "$NCMP" && built=1 && echo "ncclcmp: built with nvcc"
 fi
 [ "$built" = 0 ] && echo "ncclcmp: no compiler worked (see ncclcmp.build.log); using the carried $NCMP"
@@ -229,14 +231,16 @@ fi
 if ! skipped cperf; then
   # cecoll-perf checks every byte on the host (slow at GiB sizes): it checks
   # the small sizes only; ncclcmp above checked cecoll at every size.
+  # Symmetric windows, uint8 (count = bytes per rank, which summary.py reads); graph: one call
+  # captured, replayed ITERS times.
   # shellcheck disable=SC2086 # CPERF_* are lists of options
   for m in eager graph; do
-    g=()
-    [ "$m" = graph ] && { skipped graph && continue; g=(-G); }
-    step "cperf_${m}_small" 90 "cperf_${m}_small.log" build/cecoll-perf -N "$NDEV" $CPERF_SMALL -n "$ITERS" \
-      -w "$WARMUP" -c 1 ${g[@]+"${g[@]}"} --json "$OUT/cperf_${m}_small.json"
-    step "cperf_${m}_large" 120 "cperf_${m}_large.log" build/cecoll-perf -N "$NDEV" $CPERF_LARGE -n "$ITERS" \
-      -w "$WARMUP" -c 0 ${g[@]+"${g[@]}"} --json "$OUT/cperf_${m}_large.json"
+    g=(-n "$ITERS")
+    [ "$m" = graph ] && { skipped graph && continue; g=(-n 1 -G "$ITERS"); }
+    step "cperf_${m}_small" 90 "cperf_${m}_small.log" build/cecoll-perf -g "$NDEV" $CPERF_SMALL "${g[@]}" \
+      -w "$WARMUP" -c 1 -d uint8 -R 2 --json "$OUT/cperf_${m}_small.json"
+    step "cperf_${m}_large" 120 "cperf_${m}_large.log" build/cecoll-perf -g "$NDEV" $CPERF_LARGE "${g[@]}" \
+      -w "$WARMUP" -c 0 -d uint8 -R 2 --json "$OUT/cperf_${m}_large.json"
   done
 fi
 
@@ -265,8 +269,8 @@ fi
       "$(grep -E '[0-9]+ passed, [0-9]+ failed|wrong bytes|WATCHDOG|out of bounds' "$OUT/$log" 2>/dev/null | tail -1)"
   done
 } | tee "$OUT/summary.txt"
-if [ -f "$ROOT/bench/multigpu/summary.py" ] && "$PY" -c 'import sys' 2>/dev/null; then
-  "$PY" "$ROOT/bench/multigpu/summary.py" "$OUT" 2>&1 | tee -a "$OUT/summary.txt"
+if [ -f "$ROOT/lab/multigpu/summary.py" ] && "$PY" -c 'import sys' 2>/dev/null; then
+  "$PY" "$ROOT/lab/multigpu/summary.py" "$OUT" 2>&1 | tee -a "$OUT/summary.txt"
 else
   echo "(no python: raw rows follow)" | tee -a "$OUT/summary.txt"
   grep -h -E '^(ROW|CEIL|OVERLAP)' "$OUT"/*.log | tee -a "$OUT/summary.txt"
