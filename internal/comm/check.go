@@ -40,19 +40,35 @@ const (
 
 // slot is one posted descriptor: written is 0 while the writer fills it,
 // and set to 1 only after seq, so a reader that sees written 1 and its seq
-// before and after reading the fields read one whole descriptor.
+// before and after reading the fields read one whole descriptor. The
+// fields are atomic too: a seqlock's reader races the writer by design,
+// and Go's memory model (and -race) wants such words atomic.
 type slot struct {
 	seq     atomic.Uint64
-	fn      int32
-	dt      int32
-	root    int32
-	flags   int32 // flagInPlace
-	count   uint64
-	win     int64 // registration index of the window holding the checked buffer, -1: none
-	off     uint64
+	fn      atomic.Int32
+	dt      atomic.Int32
+	root    atomic.Int32
+	flags   atomic.Int32 // flagInPlace
+	count   atomic.Uint64
+	win     atomic.Int64 // registration index of the window holding the checked buffer, -1: none
+	off     atomic.Uint64
 	pad     [8]byte
 	written atomic.Uint32
 	_       uint32
+}
+
+// post writes v as the descriptor of seq.
+func (s *slot) post(seq uint64, v sig) {
+	s.written.Store(0)
+	s.fn.Store(v.fn)
+	s.dt.Store(v.dt)
+	s.root.Store(v.root)
+	s.flags.Store(v.flags)
+	s.count.Store(v.count)
+	s.win.Store(v.win)
+	s.off.Store(v.off)
+	s.seq.Store(seq)
+	s.written.Store(1)
 }
 
 var _ [slotBytes - int(unsafe.Sizeof(slot{}))]byte
@@ -134,22 +150,18 @@ func (c *Comm) checkPost(a *ce.Args) {
 	}
 	bd := c.node.board
 	bd.next++
-	s := bd.at(c.rank, bd.next)
-	s.written.Store(0)
-	s.fn, s.dt, s.root, s.count = int32(a.Func), a.Datatype, int32(a.Root), uint64(a.Count)
+	v := sig{fn: int32(a.Func), dt: a.Datatype, root: int32(a.Root), count: uint64(a.Count), win: -1}
 	p, flags := symmetricPointer(a, c.rank)
 	if st, err := c.rt.StreamGetCaptureStatus(a.Stream); err == nil && st == hip.CaptureActive {
 		flags |= flagCaptured
 	}
-	s.flags = flags
-	s.win, s.off = -1, 0
+	v.flags = flags
 	if w, ok := c.FindWindow(p, 1); ok {
 		if cw, ok := w.(*Window); ok {
-			s.win, s.off = c.windowIndex(cw), uint64(p-cw.base)
+			v.win, v.off = c.windowIndex(cw), uint64(p-cw.base)
 		}
 	}
-	s.seq.Store(bd.next)
-	s.written.Store(1)
+	bd.at(c.rank, bd.next).post(bd.next, v)
 }
 
 // symmetricPointer is the pointer of a that NCCL's contract makes
@@ -212,7 +224,8 @@ func (b *checkBoard) read(rank int, seq uint64) (sig, bool) {
 	if s.seq.Load() != seq || s.written.Load() != 1 {
 		return sig{}, false
 	}
-	v := sig{fn: s.fn, dt: s.dt, root: s.root, flags: s.flags, count: s.count, win: s.win, off: s.off}
+	v := sig{fn: s.fn.Load(), dt: s.dt.Load(), root: s.root.Load(), flags: s.flags.Load(),
+		count: s.count.Load(), win: s.win.Load(), off: s.off.Load()}
 	if s.seq.Load() != seq || s.written.Load() != 1 {
 		return sig{}, false
 	}

@@ -8,11 +8,7 @@ import (
 
 // postSig writes a descriptor as checkPost does.
 func postSig(b *checkBoard, rank int, seq uint64, fn int32) {
-	s := b.at(rank, seq)
-	s.written.Store(0)
-	s.fn, s.dt, s.root, s.count, s.flags, s.win, s.off = fn, 7, 0, 100, 0, -1, 0
-	s.seq.Store(seq)
-	s.written.Store(1)
+	b.at(rank, seq).post(seq, sig{fn: fn, dt: 7, count: 100, win: -1})
 }
 
 // TestCheckLostTrack: a rank more than the ring ahead of a watcher
