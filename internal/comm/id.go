@@ -2,6 +2,7 @@ package comm
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 
 	"cecoll/internal/result"
@@ -44,4 +45,35 @@ func (id *ID) key() (uint64, error) {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(id[8:16]), nil
+}
+
+// Derived ids (ncclCommShrink): ranks that cannot all meet (the excluded
+// ones never call) make the same id each on its own, from the parent's id
+// and a tag they agree on. It names the parent's root, which accepts the
+// derived secret (tcproot.go); the parent's secret and the tag ride in
+// bytes derivedOff.. of the id, for the hello.
+const derivedOff = 64
+
+// DerivedID is the id of a communicator made from parent with tag.
+func DerivedID(parent *ID, tag uint64) ID {
+	id := *parent
+	ps := binary.LittleEndian.Uint64(parent[8:16])
+	binary.LittleEndian.PutUint64(id[8:16], deriveSecret(ps, tag))
+	binary.LittleEndian.PutUint64(id[derivedOff:], ps)
+	binary.LittleEndian.PutUint64(id[derivedOff+8:], tag)
+	return id
+}
+
+// derivation returns the parent secret and tag of a derived id (0, 0
+// otherwise).
+func (id *ID) derivation() (parent, tag uint64) {
+	return binary.LittleEndian.Uint64(id[derivedOff:]), binary.LittleEndian.Uint64(id[derivedOff+8:])
+}
+
+func deriveSecret(parent, tag uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[0:], parent)
+	binary.LittleEndian.PutUint64(b[8:], tag)
+	sum := sha256.Sum256(b[:])
+	return binary.LittleEndian.Uint64(sum[:8]) | 1 // never 0
 }

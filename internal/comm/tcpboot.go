@@ -26,15 +26,18 @@ type peerInfo struct {
 // goroutine takes every frame the root sends: allgather results, and the
 // abort that says a peer died, which it reports at once through onFail.
 type tcpBoot struct {
-	addr    *net.TCPAddr
-	secret  uint64
-	n, rank int
-	onFail  func(error)  // a peer's death or abort; never called for our own Abort
-	onTable func() error // the root answered: every rank has arrived
-	onDone  func()       // the rendezvous ended, either way
-	check   bool         // CECOLL_CHECK: rank 0 makes the board before its hello
-	boardFD int
-	timeout time.Duration
+	addr   *net.TCPAddr
+	secret uint64
+	// parent and tag: a derived id's (DerivedID): the root accepts the
+	// secret as derived from its parent's.
+	parent, tag uint64
+	n, rank     int
+	onFail      func(error)  // a peer's death or abort; never called for our own Abort
+	onTable     func() error // the root answered: every rank has arrived
+	onDone      func()       // the rendezvous ended, either way
+	check       bool         // CECOLL_CHECK: rank 0 makes the board before its hello
+	boardFD     int
+	timeout     time.Duration
 
 	connectOnce sync.Once
 	connErr     error
@@ -108,6 +111,10 @@ func (b *tcpBoot) dial() error {
 	e.u32(uint32(os.Getpid()))
 	e.str(hostname())
 	e.str(sock)
+	if b.parent != 0 {
+		e.u64(b.parent)
+		e.u64(b.tag)
+	}
 	conn.SetDeadline(deadline)
 	if err := writeFrame(conn, frHello, e.b); err != nil {
 		conn.Close()
@@ -360,6 +367,7 @@ func (c *Comm) attachNode(id *ID) {
 		return
 	}
 	b := newTCPBoot(addr, binary.LittleEndian.Uint64(id[8:16]), c.size, c.rank)
+	b.parent, b.tag = id.derivation()
 	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
 	b.onFail = c.fail
 	b.check = checkEnabled()

@@ -255,6 +255,15 @@ func serveConn(conn net.Conn) {
 	}
 	root.mu.Lock()
 	w, known := root.ids[secret]
+	if rest := (dec{b: d.b}); !known {
+		// A derived id (ncclCommShrink): its parent's secret and the tag
+		// the secret derives from, both known here, register it.
+		parent, tag := rest.u64(), rest.u64()
+		if _, ok := root.ids[parent]; ok && rest.err == nil && deriveSecret(parent, tag) == secret {
+			root.ids[secret] = nil
+			known = true
+		}
+	}
 	if !known {
 		root.mu.Unlock()
 		drop(conn, "it did not present the secret of any unique id of this process")
