@@ -87,6 +87,16 @@ func (l *realLib) check(call string, r C.ncclResult_t) error {
 	return result.Errorf(result.Code(r), "%s of the real library (%s) failed (%d): %s", call, l.name, int(r), C.GoString(C.xr_last_error()))
 }
 
+// made is check for the calls that make a communicator: with a
+// non-blocking config ncclInProgress says it is being made (the caller
+// waits for it through AsyncError).
+func (l *realLib) made(call string, r C.ncclResult_t) error {
+	if r == C.ncclInProgress {
+		return nil
+	}
+	return l.check(call, r)
+}
+
 // cConfig copies a config into C memory for one call (the real library
 // reads it during the call); free with C.free (nil: none).
 func cConfig(cfg []byte) unsafe.Pointer {
@@ -105,7 +115,7 @@ func (l *realLib) InitRank(n int, id *[forward.IDBytes]byte, rank int, cfg []byt
 	defer C.free(cc)
 	var out C.uintptr_t
 	r := C.xr_init_rank(&out, C.int(n), unsafe.Pointer(id), C.int(rank), cc)
-	return forward.Handle(out), l.check("ncclCommInitRankConfig", r)
+	return forward.Handle(out), l.made("ncclCommInitRankConfig", r)
 }
 
 func (l *realLib) InitAll(n int, devs []int) ([]forward.Handle, error) {
@@ -121,7 +131,7 @@ func (l *realLib) InitAll(n int, devs []int) ([]forward.Handle, error) {
 		}
 		cdevs = &cd[0]
 	}
-	if err := l.check("ncclCommInitAll", C.xr_init_all(&out[0], C.int(n), cdevs)); err != nil {
+	if err := l.made("ncclCommInitAll", C.xr_init_all(&out[0], C.int(n), cdevs)); err != nil {
 		return nil, err
 	}
 	hs := make([]forward.Handle, n)
@@ -136,7 +146,7 @@ func (l *realLib) Split(h forward.Handle, color, key int, cfg []byte) (forward.H
 	defer C.free(cc)
 	var out C.uintptr_t
 	r := C.xr_split(C.uintptr_t(h), C.int(color), C.int(key), &out, cc)
-	return forward.Handle(out), l.check("ncclCommSplit", r)
+	return forward.Handle(out), l.made("ncclCommSplit", r)
 }
 
 func (l *realLib) Shrink(h forward.Handle, exclude []int32, cfg []byte, flags int) (forward.Handle, error) {
@@ -148,7 +158,7 @@ func (l *realLib) Shrink(h forward.Handle, exclude []int32, cfg []byte, flags in
 	}
 	var out C.uintptr_t
 	r := C.xr_shrink(C.uintptr_t(h), excl, C.int(len(exclude)), &out, cc, C.int(flags))
-	return forward.Handle(out), l.check("ncclCommShrink", r)
+	return forward.Handle(out), l.made("ncclCommShrink", r)
 }
 
 func (l *realLib) Finalize(h forward.Handle) error {
