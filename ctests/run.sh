@@ -144,7 +144,11 @@ if $CC "${cflags[@]}" -fPIC -shared -Wl,-soname,libnccl.so.2 -o "$fake/libnccl.s
   $CC "${cflags[@]}" -o "$out/test_forward" "$here/test_forward.c" "${link[@]}" -ldl 2>>"$fake/build.log" &&
   $CC "${cflags[@]}" -o "$out/fl/test_forward" "$here/test_forward.c" -L"$fake" -l:libnccl.so.2 -Wl,-rpath,"$fake" \
     -lpthread -ldl 2>>"$fake/build.log" &&
-  cp "$lib" "$out/dropin/libnccl.so.2"; then
+  if [ -z "${CECOLL_LIB:-}" ] && [ -f "$root/build/dropin/libnccl.so.2" ] && ! [ "$root/build/dropin/libnccl.so.2" -ot "$lib" ]; then
+    cp "$root/build/dropin/libnccl.so.2" "$out/dropin/libnccl.so.2" # make dropin: SONAME libnccl.so.2
+  else
+    cp "$lib" "$out/dropin/libnccl.so.2"
+  fi; then
   record "build test_forward" PASS "with the fake NCCL (3 ways in)"
 else
   record "build test_forward" FAIL "see $fake/build.log"
