@@ -296,41 +296,15 @@ func goexp_ncclGroupEnd() (res C.ncclResult_t) {
 func goexp_ncclCommSplit(h C.ncclComm_t, color, key C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t) (res C.ncclResult_t) {
 	const call = "ncclCommSplit"
 	defer recoverInto(&res, call)
-	if out == nil {
-		return toResult(call, argErr(call, "NULL newcomm"))
-	}
-	*out = nil
-	c, err := commOf(call, h)
-	if err != nil {
-		return toResult(call, err)
-	}
-	var cc *comm.Config
-	if cfg != nil {
-		parsed, err := comm.ConfigFromC(unsafe.Pointer(cfg))
-		if err != nil {
-			return toResult(call, err)
-		}
-		cc = &parsed
-	}
-	nc, err := c.Split(int(color), int(key), cc)
-	if err == nil && nc != nil {
-		*out = newCommHandle(nc)
-	}
-	return toResult(call, err)
+	return derive(call, h, out, cfg, func(c *comm.Comm, cc *comm.Config) (*comm.Comm, error) {
+		return c.Split(int(color), int(key), cc)
+	})
 }
 
 //export goexp_ncclCommShrink
 func goexp_ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res C.ncclResult_t) {
 	const call = "ncclCommShrink"
 	defer recoverInto(&res, call)
-	if out == nil {
-		return toResult(call, argErr(call, "NULL newcomm"))
-	}
-	*out = nil
-	c, err := commOf(call, h)
-	if err != nil {
-		return toResult(call, err)
-	}
 	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
 		return toResult(call, argErr(call, "bad excludeRanksList"))
 	}
@@ -338,6 +312,23 @@ func goexp_ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, out *C
 	for _, r := range unsafe.Slice(exclude, int(nExclude)) {
 		excl = append(excl, int32(r))
 	}
+	return derive(call, h, out, cfg, func(c *comm.Comm, cc *comm.Config) (*comm.Comm, error) {
+		return c.Shrink(excl, cc, int(flags))
+	})
+}
+
+// derive is the shell of Split and Shrink: the new communicator made from
+// h by mk (nil: none for this rank, NCCL_SPLIT_NOCOLOR) goes to *out.
+// cfg nil: the parent's configuration.
+func derive(call string, h C.ncclComm_t, out *C.ncclComm_t, cfg *C.ncclConfig_t, mk func(*comm.Comm, *comm.Config) (*comm.Comm, error)) C.ncclResult_t {
+	if out == nil {
+		return toResult(call, argErr(call, "NULL newcomm"))
+	}
+	*out = nil
+	c, err := commOf(call, h)
+	if err != nil {
+		return toResult(call, err)
+	}
 	var cc *comm.Config
 	if cfg != nil {
 		parsed, err := comm.ConfigFromC(unsafe.Pointer(cfg))
@@ -346,7 +337,7 @@ func goexp_ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, out *C
 		}
 		cc = &parsed
 	}
-	nc, err := c.Shrink(excl, cc, int(flags))
+	nc, err := mk(c, cc)
 	if err == nil && nc != nil {
 		*out = newCommHandle(nc)
 	}

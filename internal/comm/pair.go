@@ -49,46 +49,52 @@ type pairing struct {
 	mode     pairMode
 	given    forward.Handle // pairGiven: the real communicator made for this rank
 	givenErr error          // pairGiven: why there is none
-	realH    atomic.Uintptr // the real communicator it owns; 0: none
+	realRef                 // the real communicator it owns
 	realWhy  string         // with lib and no real communicator: why (set at init)
 	policy   forward.Policy // agreed at init
 	spans    bool           // its ranks are on several hosts: everything is forwarded
+}
 
+// realRef is a real library's handle that a cecoll communicator or window
+// owns, and the C handle's copy of it (export's stubs read that one), kept
+// equal.
+type realRef struct {
+	h      atomic.Uintptr
 	slotMu sync.Mutex
-	slot   *uintptr // the C handle's copy of realH (export), kept equal to it
+	slot   *uintptr
 }
 
-// Real is the real communicator c owns (0: none).
-func (c *Comm) Real() uintptr { return c.realH.Load() }
+// Real is the real handle (0: none).
+func (r *realRef) Real() uintptr { return r.h.Load() }
 
-// BindRealSlot keeps *p equal to c's real communicator from now on: export
-// passes the field its stubs read.
-func (c *Comm) BindRealSlot(p *uintptr) {
-	c.slotMu.Lock()
-	defer c.slotMu.Unlock()
-	c.slot = p
+// BindRealSlot keeps *p equal to the real handle from now on (nil: stop);
+// export passes the field its stubs read.
+func (r *realRef) BindRealSlot(p *uintptr) {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	r.slot = p
 	if p != nil {
-		atomic.StoreUintptr(p, c.realH.Load())
+		atomic.StoreUintptr(p, r.h.Load())
 	}
 }
 
-func (c *Comm) setReal(h forward.Handle) {
-	c.slotMu.Lock()
-	defer c.slotMu.Unlock()
-	c.realH.Store(uintptr(h))
-	if c.slot != nil {
-		atomic.StoreUintptr(c.slot, uintptr(h))
+func (r *realRef) setReal(h forward.Handle) {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	r.h.Store(uintptr(h))
+	if r.slot != nil {
+		atomic.StoreUintptr(r.slot, uintptr(h))
 	}
 }
 
-// takeReal clears and returns the real communicator (Finalize keeps it;
-// Destroy and Abort take it).
-func (c *Comm) takeReal() forward.Handle {
-	c.slotMu.Lock()
-	defer c.slotMu.Unlock()
-	h := c.realH.Swap(0)
-	if c.slot != nil {
-		atomic.StoreUintptr(c.slot, 0)
+// takeReal clears and returns the real handle (a communicator's Finalize
+// keeps it; Destroy and Abort take it).
+func (r *realRef) takeReal() forward.Handle {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	h := r.h.Swap(0)
+	if r.slot != nil {
+		atomic.StoreUintptr(r.slot, 0)
 	}
 	return forward.Handle(h)
 }
@@ -212,27 +218,14 @@ func (c *Comm) pairUp(root initInfo) error {
 	if rerr == nil && h == 0 {
 		rerr = fmt.Errorf("it gave no communicator")
 	}
-	var e enc
-	if rerr == nil {
-		e.u32(1)
-		e.str("")
-	} else {
-		e.u32(0)
-		e.str(rerr.Error())
-	}
-	all, err := c.boot.AllGather(e.b)
+	bad, text, err := c.agree(rerr)
 	if err != nil {
 		c.dropReal(h)
 		return err
 	}
-	for r, p := range all {
-		d := dec{b: p}
-		ok, text := d.u32(), d.str()
-		if d.err == nil && ok == 1 {
-			continue
-		}
+	if bad >= 0 {
 		c.dropReal(h)
-		c.realWhy = fmt.Sprintf("the real library (%s) refused this communicator on rank %d: %s", c.lib.Name(), r, text)
+		c.realWhy = fmt.Sprintf("the real library (%s) refused this communicator on rank %d: %s", c.lib.Name(), bad, text)
 		if c.spans {
 			return result.Errorf(result.InvalidUsage, "%s; its ranks are on several hosts, which copy engines do not reach", c.realWhy)
 		}
@@ -244,6 +237,32 @@ func (c *Comm) pairUp(root initInfo) error {
 	c.setReal(h)
 	log.Infof("comm %#x rank %d paired with %s communicator %#x (%v, spans hosts: %v)", c.w.key, c.rank, c.lib.Name(), uintptr(h), c.policy, c.spans)
 	return nil
+}
+
+// agree tells every rank whether the real library did its part here
+// (local: its error, nil when it did) and returns the first rank where it
+// did not (-1: none) with that rank's error text: every rank then acts
+// alike.
+func (c *Comm) agree(local error) (bad int, text string, err error) {
+	var e enc
+	if local == nil {
+		e.u32(1)
+		e.str("")
+	} else {
+		e.u32(0)
+		e.str(local.Error())
+	}
+	all, err := c.boot.AllGather(e.b)
+	if err != nil {
+		return -1, "", err
+	}
+	for r, p := range all {
+		d := dec{b: p}
+		if ok, text := d.u32(), d.str(); d.err != nil || ok != 1 {
+			return r, text, nil
+		}
+	}
+	return -1, "", nil
 }
 
 // dropReal aborts a real communicator that will not be paired.
@@ -297,7 +316,7 @@ func (c *Comm) RouteCE(fn ce.Func, send, recv hip.DevicePtr, count uintptr, dt i
 	}
 	elt := DatatypeSize(dt)
 	bytes := uint64(count) * uint64(elt)
-	if c.realH.Load() == 0 {
+	if c.Real() == 0 {
 		forward.Note(int(fn), fn.String(), bytes, true, forward.WhyNoReal)
 		return true
 	}

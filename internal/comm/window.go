@@ -3,7 +3,6 @@ package comm
 import (
 	"encoding/binary"
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"cecoll/internal/ce"
@@ -34,12 +33,10 @@ type Window struct {
 	live     atomic.Bool
 	dead     bool // deregistered (under c.winMu)
 
-	// Forward mode: the real library's window for the same buffer (0:
-	// none, realWhy says why), and the C handle's copy of it (export).
-	real    atomic.Uintptr
+	// Forward mode: the real library's window for the same buffer (none:
+	// realWhy says why).
+	realRef
 	realWhy string
-	slotMu  sync.Mutex
-	slot    *uintptr
 }
 
 var _ ce.Window = (*Window)(nil)
@@ -308,41 +305,9 @@ func (c *Comm) Deregister(h uintptr) error {
 	return nil
 }
 
-// Real is the real library's window for w's buffer (0: none).
-func (w *Window) Real() uintptr { return w.real.Load() }
-
 // RealWhy says why w has no real window although its communicator has a
 // real one ("" otherwise).
 func (w *Window) RealWhy() string { return w.realWhy }
-
-// BindRealSlot keeps *p equal to w's real window from now on (export).
-func (w *Window) BindRealSlot(p *uintptr) {
-	w.slotMu.Lock()
-	defer w.slotMu.Unlock()
-	w.slot = p
-	if p != nil {
-		atomic.StoreUintptr(p, w.real.Load())
-	}
-}
-
-func (w *Window) setReal(h forward.Handle) {
-	w.slotMu.Lock()
-	defer w.slotMu.Unlock()
-	w.real.Store(uintptr(h))
-	if w.slot != nil {
-		atomic.StoreUintptr(w.slot, uintptr(h))
-	}
-}
-
-func (w *Window) takeReal() forward.Handle {
-	w.slotMu.Lock()
-	defer w.slotMu.Unlock()
-	h := w.real.Swap(0)
-	if w.slot != nil {
-		atomic.StoreUintptr(w.slot, 0)
-	}
-	return forward.Handle(h)
-}
 
 // registerUser is the registration of a user window: cecoll's (collective,
 // all ranks succeed or fail together), then, in forward mode, the real
@@ -361,23 +326,9 @@ func (c *Comm) registerUser(w *Window) error {
 		return nil
 	}
 	rw, rerr := c.lib.WindowRegister(forward.Handle(h), uintptr(w.base), w.size, w.flags)
-	var e enc
-	if rerr == nil {
-		e.u32(1)
-		e.str("")
-	} else {
-		e.u32(0)
-		e.str(rerr.Error())
-	}
-	all, err := c.boot.AllGather(e.b)
-	if err == nil {
-		for r, p := range all {
-			d := dec{b: p}
-			if ok, text := d.u32(), d.str(); d.err != nil || ok != 1 {
-				err = result.Errorf(result.InvalidUsage, "the real library (%s) refused the window on rank %d: %s", c.lib.Name(), r, text)
-				break
-			}
-		}
+	bad, text, err := c.agree(rerr)
+	if err == nil && bad >= 0 {
+		err = result.Errorf(result.InvalidUsage, "the real library (%s) refused the window on rank %d: %s", c.lib.Name(), bad, text)
 	}
 	if err == nil {
 		w.setReal(rw)

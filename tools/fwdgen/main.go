@@ -501,7 +501,7 @@ xfwd_lazy:
 	.size xfwd_lazy, .-xfwd_lazy
 `)
 	for _, f := range stubs {
-		if err := stubX86(&b, f); err != nil {
+		if err := stub(&b, f, x86); err != nil {
 			return nil, err
 		}
 	}
@@ -542,7 +542,7 @@ xfwd_lazy:
 	.size xfwd_lazy, .-xfwd_lazy
 `)
 	for _, f := range stubs {
-		if err := stubArm64(&b, f); err != nil {
+		if err := stub(&b, f, arm64); err != nil {
 			return nil, err
 		}
 	}
@@ -567,6 +567,55 @@ func head(b *bytes.Buffer, f *fn, typ string) {
 	fmt.Fprintf(b, ") */\n\t.globl p%[1]s\n\t.type p%[1]s, %[2]s\n\t.weak %[1]s\n\t.type %[1]s, %[2]s\n\t.p2align 4\np%[1]s:\n%[1]s:\n", f.name, typ)
 }
 
+// arch is how one architecture's stubs are written.
+type arch struct {
+	name, typ string // locate's ABI; the symbol type directive's argument
+	// xlate swaps a cecoll handle at l for the real one it owns; a cecoll
+	// handle without one jumps to refuse.
+	xlate func(b *bytes.Buffer, l loc, magic uint64, refuse string)
+	// dispatch jumps to slot index, or to miss when it is empty.
+	dispatch func(b *bytes.Buffer, index int, miss string)
+	lazy     string // calls xfwd_lazy
+	// refuse jumps to xfwd_refuse(index, the communicator at comm, why).
+	refuse func(b *bytes.Buffer, index int, comm *loc, why int)
+}
+
+var x86 = arch{
+	name: "x86_64", typ: "@function",
+	xlate: func(b *bytes.Buffer, l loc, magic uint64, refuse string) {
+		at := x86Loc(l)
+		fmt.Fprintf(b, "\tmovq %s, %%rax\n\ttestq %%rax, %%rax\n\tjz 5f\n\tmovabsq $%#x, %%r11\n\tcmpq %%r11, (%%rax)\n\tjne 5f\n"+
+			"\tmovq %d(%%rax), %%rax\n\ttestq %%rax, %%rax\n\tjz %s\n\tmovq %%rax, %s\n5:\n", at, magic, realOff, refuse, at)
+	},
+	dispatch: func(b *bytes.Buffer, index int, miss string) {
+		fmt.Fprintf(b, "\tmovq xfwd_slot+%d(%%rip), %%r10\n\ttestq %%r10, %%r10\n\tjz %s\n\tjmpq *%%r10\n", 8*index, miss)
+	},
+	lazy: "\tcallq xfwd_lazy\n",
+	refuse: func(b *bytes.Buffer, index int, comm *loc, why int) {
+		arg := "\txorl %esi, %esi\n"
+		if comm != nil {
+			arg = fmt.Sprintf("\tmovq %s, %%rsi\n", x86Loc(*comm))
+		}
+		fmt.Fprintf(b, "\tmovl $%d, %%edi\n%s\tmovl $%d, %%edx\n\tjmp xfwd_refuse\n", index, arg, why)
+	},
+}
+
+var arm64 = arch{
+	name: "arm64", typ: "%function",
+	xlate: armXlate,
+	dispatch: func(b *bytes.Buffer, index int, miss string) {
+		fmt.Fprintf(b, "\tadrp x16, xfwd_slot\n\tadd x16, x16, :lo12:xfwd_slot\n\tldr x16, [x16, #%d]\n\tcbz x16, %s\n\tbr x16\n", 8*index, miss)
+	},
+	lazy: "\tstp x29, x30, [sp, #-16]!\n\tbl xfwd_lazy\n\tldp x29, x30, [sp], #16\n",
+	refuse: func(b *bytes.Buffer, index int, comm *loc, why int) {
+		arg := "\tmov x1, xzr\n"
+		if comm != nil {
+			arg = armLoad(*comm, "x1")
+		}
+		fmt.Fprintf(b, "\tmov w0, #%d\n%s\tmov w2, #%d\n\tb xfwd_refuse\n", index, arg, why)
+	},
+}
+
 func x86Loc(l loc) string {
 	if l.reg != "" {
 		return l.reg
@@ -574,47 +623,38 @@ func x86Loc(l loc) string {
 	return fmt.Sprintf("%d(%%rsp)", l.stack)
 }
 
-func stubX86(b *bytes.Buffer, f *fn) error {
-	comm, wins, err := locate(f, "x86_64")
+// stub writes f's stub for a: translate, jump; else look the real library
+// up (xfwd_lazy), translate again (a translated handle is foreign and
+// stays), jump; else refuse. Refusals: 7 the communicator owns no real
+// one, 8 a window owns none, 9 no real function.
+func stub(b *bytes.Buffer, f *fn, a arch) error {
+	comm, wins, err := locate(f, a.name)
 	if err != nil {
 		return err
 	}
-	head(b, f, "@function")
+	head(b, f, a.typ)
 	xlate := func() {
 		for _, w := range wins {
-			x86Xlate(b, x86Loc(w), winMagic, "8f")
+			a.xlate(b, w, winMagic, "8f")
 		}
 		if comm != nil {
-			x86Xlate(b, x86Loc(*comm), commMagic, "7f")
+			a.xlate(b, *comm, commMagic, "7f")
 		}
 	}
-	dispatch := func(miss string) {
-		fmt.Fprintf(b, "\tmovq xfwd_slot+%d(%%rip), %%r10\n\ttestq %%r10, %%r10\n\tjz %s\n\tjmpq *%%r10\n", 8*f.index, miss)
-	}
 	xlate()
-	dispatch("1f")
-	b.WriteString("1:\n\tcallq xfwd_lazy\n")
+	a.dispatch(b, f.index, "1f")
+	b.WriteString("1:\n" + a.lazy)
 	xlate()
-	dispatch("9f")
-	commArg := "\txorl %esi, %esi\n"
-	if comm != nil {
-		commArg = fmt.Sprintf("\tmovq %s, %%rsi\n", x86Loc(*comm))
-	}
+	a.dispatch(b, f.index, "9f")
 	for _, r := range []struct {
 		label string
 		why   int
 	}{{"7", 0}, {"8", 1}, {"9", 2}} {
-		fmt.Fprintf(b, "%s:\n\tmovl $%d, %%edi\n%s\tmovl $%d, %%edx\n\tjmp xfwd_refuse\n", r.label, f.index, commArg, r.why)
+		b.WriteString(r.label + ":\n")
+		a.refuse(b, f.index, comm, r.why)
 	}
 	fmt.Fprintf(b, "\t.size p%[1]s, .-p%[1]s\n\t.size %[1]s, .-%[1]s\n", f.name)
 	return nil
-}
-
-// x86Xlate swaps a cecoll handle at l for the real one it owns; a cecoll
-// handle without one jumps to refuse.
-func x86Xlate(b *bytes.Buffer, l string, magic uint64, refuse string) {
-	fmt.Fprintf(b, "\tmovq %s, %%rax\n\ttestq %%rax, %%rax\n\tjz 5f\n\tmovabsq $%#x, %%r11\n\tcmpq %%r11, (%%rax)\n\tjne 5f\n"+
-		"\tmovq %d(%%rax), %%rax\n\ttestq %%rax, %%rax\n\tjz %s\n\tmovq %%rax, %s\n5:\n", l, magic, realOff, refuse, l)
 }
 
 func armLoad(l loc, dst string) string {
@@ -629,42 +669,6 @@ func armStore(l loc, src string) string {
 		return fmt.Sprintf("\tmov %s, %s\n", l.reg, src)
 	}
 	return fmt.Sprintf("\tstr %s, [sp, #%d]\n", src, l.stack)
-}
-
-func stubArm64(b *bytes.Buffer, f *fn) error {
-	comm, wins, err := locate(f, "arm64")
-	if err != nil {
-		return err
-	}
-	head(b, f, "%function")
-	xlate := func() {
-		for _, w := range wins {
-			armXlate(b, w, winMagic, "8f")
-		}
-		if comm != nil {
-			armXlate(b, *comm, commMagic, "7f")
-		}
-	}
-	dispatch := func(miss string) {
-		fmt.Fprintf(b, "\tadrp x16, xfwd_slot\n\tadd x16, x16, :lo12:xfwd_slot\n\tldr x16, [x16, #%d]\n\tcbz x16, %s\n\tbr x16\n", 8*f.index, miss)
-	}
-	xlate()
-	dispatch("1f")
-	b.WriteString("1:\n\tstp x29, x30, [sp, #-16]!\n\tbl xfwd_lazy\n\tldp x29, x30, [sp], #16\n")
-	xlate()
-	dispatch("9f")
-	commArg := "\tmov x1, xzr\n"
-	if comm != nil {
-		commArg = armLoad(*comm, "x1")
-	}
-	for _, r := range []struct {
-		label string
-		why   int
-	}{{"7", 0}, {"8", 1}, {"9", 2}} {
-		fmt.Fprintf(b, "%s:\n\tmov w0, #%d\n%s\tmov w2, #%d\n\tb xfwd_refuse\n", r.label, f.index, commArg, r.why)
-	}
-	fmt.Fprintf(b, "\t.size p%[1]s, .-p%[1]s\n\t.size %[1]s, .-%[1]s\n", f.name)
-	return nil
 }
 
 func armXlate(b *bytes.Buffer, l loc, magic uint64, refuse string) {
