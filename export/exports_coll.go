@@ -69,7 +69,7 @@ func goexp_ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclLaunchCeColl"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err != nil {
 		return toResult(call, err)
 	}
@@ -94,7 +94,7 @@ func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.c
 func goexp_ncclCeInit(h C.ncclComm_t) (res C.ncclResult_t) {
 	const call = "ncclCeInit"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err == nil {
 		err = c.CeInit()
 	}
@@ -105,7 +105,7 @@ func goexp_ncclCeInit(h C.ncclComm_t) (res C.ncclResult_t) {
 func goexp_ncclCeFinalize(h C.ncclComm_t) (res C.ncclResult_t) {
 	const call = "ncclCeFinalize"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err == nil {
 		err = c.CeFinalize()
 	}

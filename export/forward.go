@@ -251,7 +251,7 @@ func goexp_xfwdRefuse(name *C.char, comm unsafe.Pointer, why, takesComm C.int) (
 	base := notProvided(call)
 	lib, loadErr := forward.Current()
 	if takesComm != 0 && (why == 0 || lib == nil) {
-		c, err := commOf(call, C.ncclComm_t(comm))
+		c, err := ownCommOf(call, C.ncclComm_t(comm))
 		if err != nil {
 			return toResult(call, err)
 		}

@@ -64,6 +64,17 @@ func commOf(call string, h C.ncclComm_t) (*comm.Comm, error) {
 	return cgo.Handle(h.handle).Value().(*comm.Comm), nil
 }
 
+// ownCommOf is commOf for the calls that only cecoll has (nccl_ce.h's,
+// the stubs' refusals): a communicator of the real library is an invalid
+// argument there, not a call to forward.
+func ownCommOf(call string, h C.ncclComm_t) (*comm.Comm, error) {
+	c, err := commOf(call, h)
+	if err == errForeign {
+		return nil, argErr(call, "not a cecoll communicator (one of the real library's?)")
+	}
+	return c, err
+}
+
 // windowOf checks a window handle of communicator h (NULL gives nil).
 func windowOf(call string, h C.ncclComm_t, w C.ncclWindow_t) (*comm.Window, error) {
 	if w == nil {
