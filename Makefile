@@ -82,7 +82,8 @@ test-race:
 	$(GO) test -count=1 -race -short ./internal/...
 
 # Each B test must fail when its fix is undone: internal/ce/mutants/*.patch,
-# each applied in a scratch copy (a few minutes; not part of make test).
+# each applied in a scratch copy (a few minutes; not part of make test);
+# likewise forward mode's internal/comm/mutants/F*.patch and export/mutants/X*.patch.
 test-mutants:
 	bash internal/ce/mutants/run.sh
 
