@@ -41,6 +41,20 @@
 /* NCCL 2.29+ functions cecoll forwards (include/nccl.h is 2.28's). */
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** out);
 
+/* NCCL 2.31's per-collective config, as its header lays it out. The fake
+ * lacks the nccl*Config calls, so the test reaches cecoll's by dlsym. */
+struct ncclCollConfig_v23100 {
+  size_t size;
+  unsigned int magic, version;
+  void* ext;
+  int minCTAs, maxCTAs, nvlsCTAs, cgaClusterSize;
+  const char* algSelection;
+  int forceAlgSelection, CTAPolicy;
+  uint64_t userProfilerTag;
+};
+typedef ncclResult_t (*allgather_config_fn)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t,
+                                            const struct ncclCollConfig_v23100*);
+
 extern char** environ;
 
 /* ---- reporting ------------------------------------------------------------- */
@@ -239,6 +253,40 @@ static void check_routes(void) {
 
   /* Reduce: the communicator is the 7th argument (on the stack on x86-64):
    * the stub swaps it there. */
+  /* ncclAllGatherConfig: the call's CTA policy routes it (zero SMs: copy
+   * engines); no config: the plain call; a config the real library cannot
+   * take (it predates 2.31): refused. */
+  set_case("ncclAllGatherConfig");
+  allgather_config_fn agc = (allgather_config_fn)dlsym(RTLD_DEFAULT, "ncclAllGatherConfig");
+  struct ncclCollConfig_v23100 cc = {sizeof cc, 0xcafebeef, 23100, NULL, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,
+                                     NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL, 1, NCCL_CTA_POLICY_ZERO, 0};
+  EXPECT(agc != NULL, "no ncclAllGatherConfig");
+  if (agc != NULL) {
+    const struct ncclCollConfig_v23100* cfgs[3] = {&cc, NULL, &cc};
+    for (int i = 0; i < 3; i++) {
+      if (i == 2) cc.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+      log_reset();
+      ncclResult_t r = ncclGroupStart(), x;
+      for (int k = 0; k < N; k++) {
+        fill(bufs[k][0], SMALL, 5.0f * k);
+        x = agc(bufs[k][0], bufs[k][1], SMALL, ncclFloat32, comms[k], streams[k], cfgs[i]);
+        if (r == ncclSuccess) r = x;
+      }
+      x = ncclGroupEnd();
+      if (r == ncclSuccess) r = x;
+      sync_all();
+      if (i < 2) {
+        EXPECT(r == ncclSuccess, "config %d: %d %s", i, (int)r, ncclGetLastError(NULL));
+        EXPECT(all_equal(bufs[0][1] + SMALL, SMALL, 5.0f), "config %d: data", i);
+        EXPECT(log_count("AllGather", NULL) == (i == 0 ? 0 : N), "config %d: the fake ran %d AllGather", i,
+               log_count("AllGather", NULL));
+      } else {
+        EXPECT(r == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "has no ncclAllGatherConfig"),
+               "a config the real library cannot take: %d %s", (int)r, ncclGetLastError(NULL));
+      }
+    }
+  }
+
   set_case("Reduce through a stub");
   log_reset();
   for (int r = 0; r < N; r++) fill(bufs[r][0], SMALL, (float)r);
