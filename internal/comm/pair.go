@@ -134,8 +134,8 @@ func decodeInit(p []byte) (initInfo, error) {
 }
 
 // exchangeInit sends this rank's initInfo and checks what every rank must
-// agree on: the routing policy and the real library. A mismatch is an
-// error on every rank here, never a divergence later.
+// agree on: the real library and, with one, the routing policy. A
+// mismatch is an error on every rank here, never a divergence later.
 func (c *Comm) exchangeInit() ([]initInfo, error) {
 	c.policy = forward.PolicyFromEnv(c.cfg.CTAPolicy, c.cfg.CTASet)
 	mine := initInfo{dev: uint64(c.dev), pid: uint64(os.Getpid()), host: c.cfg.Host, policy: c.policy.Encode()}
@@ -164,7 +164,9 @@ func (c *Comm) exchangeInit() ([]initInfo, error) {
 		}
 	}
 	for r := 1; r < len(all); r++ {
-		if string(all[r].policy) != string(all[0].policy) {
+		// Without a real library every call takes the copy engines: the
+		// policy routes nothing then, and need not agree.
+		if all[0].lib != "" && string(all[r].policy) != string(all[0].policy) {
 			return nil, result.Errorf(result.InvalidUsage,
 				"ranks disagree on routing: rank 0 has %s, rank %d %s; set CECOLL_ROUTE, CECOLL_ROUTE_BYTES, NCCL_CTA_POLICY and the config's CTAPolicy alike on every rank",
 				policyText(all[0].policy), r, policyText(all[r].policy))
