@@ -282,6 +282,14 @@ func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
 	case all := <-ch:
 		return all, nil
 	case <-b.failCh:
+		select {
+		case all := <-ch:
+			// The round completed before the failure (the reader
+			// delivers frames in order): every rank gets the same
+			// answer, and a rank that fails on it fails alike.
+			return all, nil
+		default:
+		}
 		err := b.failed()
 		return nil, result.Errorf(result.Of(err), "bootstrap: %w", err)
 	case <-timer.C:
