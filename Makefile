@@ -7,6 +7,7 @@
 #   make test-matrix  the whole correctness matrix on the host device (ctests/README.md)
 #   make fuzz     every fuzz target of the peer-facing decoders, FUZZTIME each (make test runs their seeds)
 #   make install  PREFIX=/usr/local
+#   make install-dropin PREFIX=/usr/local   cecoll as libnccl.so.2 and librccl.so.1 in $(PREFIX)/lib/cecoll-dropin
 
 GO      ?= go
 CC      ?= gcc
@@ -24,7 +25,7 @@ RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
 
-.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install clean test-mutants fuzz
+.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
 
 all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
 
@@ -90,7 +91,8 @@ test-race:
 	$(GO) test -count=1 -race -short ./internal/...
 
 # Each B test must fail when its fix is undone: internal/ce/mutants/*.patch,
-# each applied in a scratch copy (a few minutes; not part of make test).
+# each applied in a scratch copy (a few minutes; not part of make test);
+# likewise forward mode's internal/comm/mutants/F*.patch and export/mutants/X*.patch.
 test-mutants:
 	bash internal/ce/mutants/run.sh
 
@@ -134,7 +136,7 @@ test-chaos:
 	  CECOLL_HOST_CHAOS=$$s $(GO) test -count=1 -short ./internal/hip/host/ ./internal/ce/ ./internal/comm/ || exit 1; \
 	done
 
-test-c: all
+test-c: all dropin
 	bash ctests/run.sh
 
 # The correctness matrix (ctests/matrix.c): every cell, each in its own process under a
@@ -178,6 +180,24 @@ install: all
 	install -m 0644 include/nccl.h include/nccl_ce.h $(DESTDIR)$(PREFIX)/include/
 	install -d $(DESTDIR)$(PREFIX)/lib/cmake/cecoll
 	install -m 0644 cmake/cecollConfig.cmake.in $(DESTDIR)$(PREFIX)/lib/cmake/cecoll/cecollConfig.cmake
+
+# Drop-in copies: cecoll with the SONAME of the library it stands in for, so
+# a program that needs libnccl.so.2 (or librccl.so.1) loads it from the
+# directory put first on LD_LIBRARY_PATH, and cecoll forwards what it does
+# not run to the real one it finds further on (README: "Use it under
+# PyTorch / any NCCL program").
+DROPIN := $(BUILD)/dropin
+$(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1: $(GOFILES) $(CFILES)
+	@mkdir -p $(DROPIN)
+	$(GO) build -buildmode=c-shared -ldflags '-extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map -Wl,-soname,$(notdir $@)"' -o $@ ./export
+	@rm -f $(basename $@).h $(DROPIN)/*.h
+
+dropin: $(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1
+
+install-dropin: dropin
+	install -d $(DESTDIR)$(PREFIX)/lib/cecoll-dropin
+	install -m 0755 $(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1 $(DESTDIR)$(PREFIX)/lib/cecoll-dropin/
+	@echo "drop-in: LD_LIBRARY_PATH=$(PREFIX)/lib/cecoll-dropin:\$$LD_LIBRARY_PATH <program>"
 
 clean:
 	rm -rf $(BUILD)

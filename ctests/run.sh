@@ -28,6 +28,14 @@
 # 2 cores: the cells that did not hang took 2.3-2.8 s together per row; a
 # hang costs its 10 s, so with the engine of 2026-12 (6-7 hangs a row) each
 # row took about 21 s, the four 84 s).
+# Forward mode (test_forward.c): the fake "real NCCL" of ctests/fake-nccl
+# is built as build/ctests/fake-nccl/libnccl.so.2, and the test runs on
+# the host device the three ways in: linked to cecoll with CECOLL_NCCL_LIB
+# naming the fake (row forward=lib), linked to the fake with cecoll
+# preloaded (forward=preload), and linked to the fake with a copy of
+# cecoll as libnccl.so.2 first on LD_LIBRARY_PATH (forward=dropin); then
+# forward=lib under chaos seeds 1-3 (the default environment only with
+# --fast: the three ways).
 # Then the exported-symbol check (test_symbols.sh) and the CMake package
 # check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
@@ -86,6 +94,11 @@ if [ "$mode" = compile ]; then
   else
     record "compile matrix" FAIL ""
   fi
+  if $CC "${cflags[@]}" -fsyntax-only "$here/test_forward.c" && $CC "${cflags[@]}" -fsyntax-only "$here/fake-nccl/fakenccl.c"; then
+    record "compile test_forward" PASS "syntax only, with the fake NCCL"
+  else
+    record "compile test_forward" FAIL ""
+  fi
   for t in $tests $mptests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
       record "compile test_$t" PASS "syntax only"
@@ -121,6 +134,26 @@ for t in $tests $mptests; do
     cat "$out/test_$t.build.log"
   fi
 done
+
+# Forward mode: the fake NCCL, the test linked to cecoll ($out) and to the
+# fake ($out/fl), and cecoll in place of libnccl.so.2 ($out/dropin).
+fake="$out/fake-nccl"
+mkdir -p "$fake" "$out/fl" "$out/dropin"
+if $CC "${cflags[@]}" -fPIC -shared -Wl,-soname,libnccl.so.2 -o "$fake/libnccl.so.2" "$here/fake-nccl/fakenccl.c" \
+  -lpthread -lrt -ldl 2>"$fake/build.log" &&
+  $CC "${cflags[@]}" -o "$out/test_forward" "$here/test_forward.c" "${link[@]}" -ldl 2>>"$fake/build.log" &&
+  $CC "${cflags[@]}" -o "$out/fl/test_forward" "$here/test_forward.c" -L"$fake" -l:libnccl.so.2 -Wl,-rpath,"$fake" \
+    -lpthread -ldl 2>>"$fake/build.log" &&
+  if [ -z "${CECOLL_LIB:-}" ] && [ -f "$root/build/dropin/libnccl.so.2" ] && ! [ "$root/build/dropin/libnccl.so.2" -ot "$lib" ]; then
+    cp "$root/build/dropin/libnccl.so.2" "$out/dropin/libnccl.so.2" # make dropin: SONAME libnccl.so.2
+  else
+    cp "$lib" "$out/dropin/libnccl.so.2"
+  fi; then
+  record "build test_forward" PASS "with the fake NCCL (3 ways in)"
+else
+  record "build test_forward" FAIL "see $fake/build.log"
+  cat "$fake/build.log"
+fi
 
 # The matrix finds libcecoll.so beside it too ($ORIGIN/..), as in build/.
 if $CC "${cflags[@]}" -o "$out/matrix" "$here/matrix.c" "$here/common.c" "$here/mp_common.c" "${link[@]}" \
@@ -213,6 +246,18 @@ done
 for t in $mptests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
 done
+# Forward mode, the three ways in (see the top).
+fwd_env=(CECOLL_BACKEND=host CECOLL_ROUTE_BYTES=4K)
+run_one forward=lib forward "$out" "${fwd_env[@]}" "CECOLL_NCCL_LIB=$fake/libnccl.so.2" "FAKE_NCCL_LOG=$out/logs/fake.lib.log" --
+run_one forward=preload forward "$out/fl" "${fwd_env[@]}" "LD_PRELOAD=$lib" "FAKE_NCCL_LOG=$out/logs/fake.preload.log" --
+run_one forward=dropin forward "$out/fl" "${fwd_env[@]}" "LD_LIBRARY_PATH=$out/dropin:$fake" \
+  "FAKE_NCCL_LOG=$out/logs/fake.dropin.log" --
+if [ "$mode" = all ]; then
+  for seed in 1 2 3; do
+    run_one "forward=lib,chaos=$seed" forward "$out" "${fwd_env[@]}" CECOLL_HOST_CHAOS=$seed \
+      "CECOLL_NCCL_LIB=$fake/libnccl.so.2" "FAKE_NCCL_LOG=$out/logs/fake.chaos$seed.log" --
+  done
+fi
 if [ "$mode" = all ]; then
   for cap in nobatchcopy noattrs nopeerwrite nomulticast hipbatches; do
     for t in $tests; do

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test_symbols.sh: build/libcecoll.so exports exactly the allowlist
 # ctests/exported-symbols.txt, and the allowlist is exactly the set of
-# functions the headers declare. Usage: test_symbols.sh [path/to/libcecoll.so]
+# functions the headers declare together with those of the API list
+# export/forward/nccl-2.31.api (NCCL 2.31 and RCCL's extras, each also as
+# p<name>), which cecoll implements or forwards through its stubs.
+# Usage: test_symbols.sh [path/to/libcecoll.so]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -17,9 +20,12 @@ grep -v '^#' "$allow" | sed '/^$/d' | sort -u >"$tmp/allow"
 # comments do not count.
 echo '#include "nccl_ce.h"' | gcc -E -P -I"$root/include" -x c - | tr '\n' ' ' |
   grep -oE '\b(p?nccl[A-Za-z0-9_]*|cecoll[A-Za-z0-9_]*)[[:space:]]*\(' |
-  sed 's/[[:space:]]*($//' | sort -u >"$tmp/headers"
+  sed 's/[[:space:]]*($//' >"$tmp/declared"
+grep -v '^#' "$root/export/forward/nccl-2.31.api" | grep -oE '\bnccl[A-Za-z0-9_]*\(' | tr -d '(' |
+  sed 'p; s/^/p/' >>"$tmp/declared"
+sort -u "$tmp/declared" >"$tmp/headers"
 if ! diff -u "$tmp/allow" "$tmp/headers" >"$tmp/d1"; then
-  echo "FAIL: the allowlist and the headers disagree (- allowlist, + headers):"
+  echo "FAIL: the allowlist and the headers with the API list disagree (- allowlist, + headers/API list):"
   sed -n '3,$p' "$tmp/d1" | grep '^[-+]'
   fail=1
 fi

@@ -10,21 +10,60 @@
 
 #include "nccl.h"
 #include "nccl_ce.h"
+#include "fwd_table.h"
 
 /* The C side of a communicator handle: checked on every call. */
 #define XCOMM_MAGIC 0x63656d6d6f63ULL /* "commec" */
 #define XWIN_MAGIC 0x6e69776365ULL    /* "ecwin" */
 #define XDEAD_MAGIC 0xdeadULL
 
+/* real, at offset 16 in both, is the real library's handle the cecoll
+ * one owns (0: none); the stubs of fwd_stubs.S read it there. */
 struct ncclComm {
   uint64_t magic;
   uintptr_t handle; /* cgo.Handle of the *comm.Comm */
+  uintptr_t real;   /* the real ncclComm_t it owns */
 };
 
 struct ncclWindow_vidmem {
   uint64_t magic;
   uintptr_t handle; /* cgo.Handle of the *comm.Window */
+  uintptr_t real;   /* the real ncclWindow_t it owns */
 };
+
+/* What a Go half returns instead of a result, for api.c to act on:
+ * forward the call unchanged (a handle that is not cecoll's), or to the
+ * real communicator the cecoll one owns (a collective routed there). */
+#define XSENT_RAW ((ncclResult_t)-1000)
+#define XSENT_REAL ((ncclResult_t)-1001)
+
+/* forward.c */
+extern __thread int xinside;
+void xenv(void);
+int xfwd_self(char* buf, size_t n);
+int xfwd_bind_next(char* path, size_t n);
+int xfwd_open(const char* path, char* err, size_t n);
+void xfwd_unbind(void);
+void xfwd_objects(char* buf, size_t n);
+const char* xr_last_error(void);
+int xr_version(void);
+ncclResult_t xr_unique_id(void* id);
+ncclResult_t xr_init_rank(uintptr_t* out, int n, void* id, int rank, void* cfg);
+ncclResult_t xr_init_all(uintptr_t* out, int n, int* devs);
+ncclResult_t xr_split(uintptr_t h, int color, int key, uintptr_t* out, void* cfg);
+ncclResult_t xr_shrink(uintptr_t h, int* excl, int nexcl, uintptr_t* out, void* cfg, int flags);
+ncclResult_t xr_finalize(uintptr_t h);
+ncclResult_t xr_destroy(uintptr_t h);
+ncclResult_t xr_abort(uintptr_t h);
+ncclResult_t xr_async_error(uintptr_t h, int* state);
+ncclResult_t xr_register(uintptr_t h, uintptr_t p, size_t size, uintptr_t* out);
+ncclResult_t xr_deregister(uintptr_t h, uintptr_t reg);
+ncclResult_t xr_window_register(uintptr_t h, uintptr_t p, size_t size, int flags, uintptr_t* out);
+ncclResult_t xr_window_deregister(uintptr_t h, uintptr_t w);
+ncclResult_t xr_group_start(void);
+ncclResult_t xr_group_end(void);
+ncclResult_t xr_group_simulate_end(void* info);
+ncclResult_t xfwd_refuse(int index, void* comm, int why) __attribute__((visibility("hidden")));
 
 /* Last-error text: a C-owned buffer (api.c), returned by ncclGetLastError. */
 void xlast_set(const char* text, size_t n);

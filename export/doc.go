@@ -9,6 +9,13 @@
 // error with toResult and set the last-error text. exports.map (a linker
 // version script) exports only nccl*, pnccl* and cecoll* names.
 //
+// Forward mode: forward.c loads the real NCCL or RCCL (internal/forward
+// decides which) into the table of fwd_table.[ch] and marks every call
+// into it; the functions cecoll does not implement are the tail-jump stubs
+// of fwd_stubs.S. tools/fwdgen generates fwd_table.[ch], fwd_stubs.S,
+// exports.map and ctests/exported-symbols.txt from the API list
+// forward/nccl-2.31.api (NCCL 2.31 and RCCL's extras), by `go generate`.
+//
 // Build (build.sh):
 //
 //	go build -buildmode=c-shared -o build/libcecoll.so \
@@ -25,4 +32,6 @@
 //   - A thread's current device (cecollSetDevice, or cudaSetDevice on a GPU)
 //     decides where ncclCommInitRank and ncclMemAlloc work; calls on a
 //     communicator switch to its device themselves and restore the caller's.
+//
+//go:generate go run ../tools/fwdgen
 package main

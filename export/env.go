@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"cecoll/internal/forward"
 	"cecoll/internal/log"
 )
 
@@ -21,7 +22,7 @@ import (
 // would otherwise never reach cecoll's settings. Later changes are not
 // seen, as with NCCL, which reads its variables once. The log is then set
 // up, so that a bad value of any variable (internal/param) is reported
-// through it.
+// through it, and the real NCCL or RCCL is looked for (forward mode).
 //
 //export goexp_cecollSyncEnv
 func goexp_cecollSyncEnv() {
@@ -39,4 +40,5 @@ func goexp_cecollSyncEnv() {
 		}
 	}
 	log.Setup()
+	forward.Load(loader{})
 }

@@ -73,12 +73,21 @@ func goexp_xlastComm(h C.ncclComm_t) (text *C.char) {
 }
 
 // toResult is the one place a Go error becomes an ncclResult_t; it also
-// records the error's text. It allocates nothing on success.
+// records the error's text. It allocates nothing on success. A
+// communicator of the real library (errForeign) becomes XSENT_RAW: api.c
+// forwards the call unchanged. ncclInProgress is a state, not a failure:
+// no text, no warning.
 func toResult(call string, err error) C.ncclResult_t {
 	if err == nil {
 		return C.ncclSuccess
 	}
+	if err == errForeign {
+		return C.XSENT_RAW
+	}
 	code := result.Of(err)
+	if code == result.InProgress {
+		return C.ncclResult_t(code)
+	}
 	log.Warnf("%s", setLastError(call, err.Error()))
 	return C.ncclResult_t(code)
 }

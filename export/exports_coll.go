@@ -16,10 +16,15 @@ func dptr(p unsafe.Pointer) hip.DevicePtr { return hip.DevicePtr(uintptr(p)) }
 func stream(s C.cudaStream_t) hip.Stream { return hip.Stream(uintptr(unsafe.Pointer(s))) }
 
 // coll is the shell of the four public collectives: they are
-// ncclLaunchCeColl with the arguments filled in.
-func coll(call string, fn ce.Func, send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) C.ncclResult_t {
+// ncclLaunchCeColl with the arguments filled in, unless the communicator
+// routes the call to the real one it owns (XSENT_REAL: api.c calls it
+// there). cta is the CTA policy of the call's ncclCollConfig_t (-1: none).
+func coll(call string, fn ce.Func, send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) C.ncclResult_t {
 	c, err := commOf(call, h)
 	if err == nil {
+		if !c.RouteCE(fn, dptr(send), dptr(recv), uintptr(count), int32(dt), int(cta)) {
+			return C.XSENT_REAL
+		}
 		err = c.Collective(fn, dptr(send), dptr(recv), uintptr(count), int32(dt), int(root), stream(s))
 	}
 	return toResult(call, err)
@@ -29,42 +34,42 @@ func coll(call string, fn ce.Func, send, recv unsafe.Pointer, count C.size_t, dt
 func goexp_ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAllGather"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAllGather, send, recv, count, dt, 0, h, s)
+	return coll(call, ce.FuncAllGather, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclAlltoAll
 func goexp_ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAlltoAll"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s)
+	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclAllToAll
 func goexp_ncclAllToAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAllToAll"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s)
+	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclGather
 func goexp_ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclGather"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncGather, send, recv, count, dt, root, h, s)
+	return coll(call, ce.FuncGather, send, recv, count, dt, root, h, s, -1)
 }
 
 //export goexp_ncclScatter
 func goexp_ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclScatter"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncScatter, send, recv, count, dt, root, h, s)
+	return coll(call, ce.FuncScatter, send, recv, count, dt, root, h, s, -1)
 }
 
 //export goexp_ncclLaunchCeColl
 func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclLaunchCeColl"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err != nil {
 		return toResult(call, err)
 	}
@@ -89,7 +94,7 @@ func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.c
 func goexp_ncclCeInit(h C.ncclComm_t) (res C.ncclResult_t) {
 	const call = "ncclCeInit"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err == nil {
 		err = c.CeInit()
 	}
@@ -100,7 +105,7 @@ func goexp_ncclCeInit(h C.ncclComm_t) (res C.ncclResult_t) {
 func goexp_ncclCeFinalize(h C.ncclComm_t) (res C.ncclResult_t) {
 	const call = "ncclCeFinalize"
 	defer recoverInto(&res, call)
-	c, err := commOf(call, h)
+	c, err := ownCommOf(call, h)
 	if err == nil {
 		err = c.CeFinalize()
 	}
@@ -120,135 +125,34 @@ func goexp_ncclCeImplemented(fn C.ncclFunc_t, redOp C.int, dt C.ncclDataType_t) 
 	return 0
 }
 
-// What copy engines cannot do. The handle is still checked first, so a
-// bad communicator reads the same everywhere.
+// The *Config forms (NCCL 2.31): routed like the plain ones, the config's
+// CTA policy (cta, -1: none) counting as the communicator's; on copy
+// engines the rest of the config does not apply.
 
-const (
-	whyReduce = "reductions need compute; cecoll moves data only"
-	whyBcast  = "broadcast is not provided by cecoll (copy engines run AllGather, AlltoAll, Scatter and Gather)"
-	whyP2P    = "point-to-point send/recv is not provided by cecoll (copy engines run AllGather, AlltoAll, Scatter and Gather)"
-)
-
-func unsupported(call string, h C.ncclComm_t, why string) C.ncclResult_t {
-	_, err := commOf(call, h)
-	if err == nil {
-		err = usage(call, why)
-	}
-	return toResult(call, err)
+//export goexp_ncclAllGatherConfig
+func goexp_ncclAllGatherConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
+	const call = "ncclAllGatherConfig"
+	defer recoverInto(&res, call)
+	return coll(call, ce.FuncAllGather, send, recv, count, dt, 0, h, s, cta)
 }
 
-//export goexp_ncclReduce
-func goexp_ncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, op C.ncclRedOp_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclReduce"
+//export goexp_ncclAlltoAllConfig
+func goexp_ncclAlltoAllConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
+	const call = "ncclAlltoAllConfig"
 	defer recoverInto(&res, call)
-	return unsupported(call, h, whyReduce)
+	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, cta)
 }
 
-//export goexp_ncclAllReduce
-func goexp_ncclAllReduce(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, op C.ncclRedOp_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclAllReduce"
+//export goexp_ncclGatherConfig
+func goexp_ncclGatherConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
+	const call = "ncclGatherConfig"
 	defer recoverInto(&res, call)
-	return unsupported(call, h, whyReduce)
+	return coll(call, ce.FuncGather, send, recv, count, dt, root, h, s, cta)
 }
 
-//export goexp_ncclReduceScatter
-func goexp_ncclReduceScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, op C.ncclRedOp_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclReduceScatter"
+//export goexp_ncclScatterConfig
+func goexp_ncclScatterConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
+	const call = "ncclScatterConfig"
 	defer recoverInto(&res, call)
-	return unsupported(call, h, whyReduce)
-}
-
-//export goexp_ncclBcast
-func goexp_ncclBcast(buff unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclBcast"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, whyBcast)
-}
-
-//export goexp_ncclBroadcast
-func goexp_ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclBroadcast"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, whyBcast)
-}
-
-//export goexp_ncclSend
-func goexp_ncclSend(send unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclSend"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, whyP2P)
-}
-
-//export goexp_ncclRecv
-func goexp_ncclRecv(recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
-	const call = "ncclRecv"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, whyP2P)
-}
-
-//export goexp_ncclRedOpCreatePreMulSum
-func goexp_ncclRedOpCreatePreMulSum(op *C.ncclRedOp_t, scalar unsafe.Pointer, dt C.ncclDataType_t, residence C.ncclScalarResidence_t, h C.ncclComm_t) (res C.ncclResult_t) {
-	const call = "ncclRedOpCreatePreMulSum"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, whyReduce)
-}
-
-//export goexp_ncclRedOpDestroy
-func goexp_ncclRedOpDestroy(op C.ncclRedOp_t, h C.ncclComm_t) (res C.ncclResult_t) {
-	const call = "ncclRedOpDestroy"
-	defer recoverInto(&res, call)
-	_, err := commOf(call, h)
-	if err == nil {
-		err = argErr(call, "not an operator made by ncclRedOpCreatePreMulSum (cecoll makes none)")
-	}
-	return toResult(call, err)
-}
-
-//export goexp_ncclCommRevoke
-func goexp_ncclCommRevoke(h C.ncclComm_t, flags C.int) (res C.ncclResult_t) {
-	const call = "ncclCommRevoke"
-	defer recoverInto(&res, call)
-	return unsupported(call, h, "revoking a communicator is not provided by cecoll (use ncclCommAbort)")
-}
-
-//export goexp_ncclCommSplit
-func goexp_ncclCommSplit(h C.ncclComm_t, color, key C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t) (res C.ncclResult_t) {
-	const call = "ncclCommSplit"
-	defer recoverInto(&res, call)
-	if out != nil {
-		*out = nil
-	}
-	return unsupported(call, h, "splitting communicators is not provided by cecoll yet (create the new communicator with ncclCommInitRank)")
-}
-
-//export goexp_ncclCommShrink
-func goexp_ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res C.ncclResult_t) {
-	const call = "ncclCommShrink"
-	defer recoverInto(&res, call)
-	if out != nil {
-		*out = nil
-	}
-	return unsupported(call, h, "shrinking communicators is not provided by cecoll yet (create the new communicator with ncclCommInitRank)")
-}
-
-//export goexp_ncclCommInitRankScalable
-func goexp_ncclCommInitRankScalable(out *C.ncclComm_t, n, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) (res C.ncclResult_t) {
-	const call = "ncclCommInitRankScalable"
-	defer recoverInto(&res, call)
-	if nID < 1 || ids == nil {
-		if out != nil {
-			*out = nil
-		}
-		return toResult(call, argErr(call, "no unique ids"))
-	}
-	// Every rank holds the same ids; the in-process bootstrap needs only
-	// the first to meet.
-	return initRank(call, out, n, ids, rank, cfg)
-}
-
-//export goexp_ncclGroupSimulateEnd
-func goexp_ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res C.ncclResult_t) {
-	const call = "ncclGroupSimulateEnd"
-	defer recoverInto(&res, call)
-	return toResult(call, comm.GroupSimulateEnd())
+	return coll(call, ce.FuncScatter, send, recv, count, dt, root, h, s, cta)
 }

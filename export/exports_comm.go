@@ -122,7 +122,9 @@ func goexp_ncclCommDestroy(h C.ncclComm_t) (res C.ncclResult_t) {
 	}
 	c, err := commOf(call, h)
 	if err == nil {
-		if err = c.Destroy(); err == nil {
+		// The real communicator's error, if any, is returned; cecoll's
+		// side is gone either way.
+		if err = c.Destroy(); c.Destroyed() {
 			releaseComm(h, false)
 		}
 	}
@@ -141,7 +143,7 @@ func goexp_ncclCommAbort(h C.ncclComm_t) (res C.ncclResult_t) {
 	}
 	c, err := commOf(call, h)
 	if err == nil {
-		if err = c.Abort(); err == nil {
+		if err = c.Abort(); c.Destroyed() {
 			releaseComm(h, true)
 		}
 	}
@@ -159,7 +161,7 @@ func goexp_ncclCommGetAsyncError(h C.ncclComm_t, out *C.ncclResult_t) (res C.ncc
 	if err == nil {
 		aerr := c.AsyncError()
 		*out = C.ncclResult_t(result.Of(aerr))
-		if aerr != nil {
+		if aerr != nil && result.Of(aerr) != result.InProgress {
 			// ncclGetLastError then says what failed, and where.
 			setLastError(call, aerr.Error())
 		}
@@ -288,4 +290,78 @@ func goexp_ncclGroupEnd() (res C.ncclResult_t) {
 	const call = "ncclGroupEnd"
 	defer recoverInto(&res, call)
 	return toResult(call, comm.GroupEnd())
+}
+
+//export goexp_ncclCommSplit
+func goexp_ncclCommSplit(h C.ncclComm_t, color, key C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t) (res C.ncclResult_t) {
+	const call = "ncclCommSplit"
+	defer recoverInto(&res, call)
+	return derive(call, h, out, cfg, func(c *comm.Comm, cc *comm.Config) (*comm.Comm, error) {
+		return c.Split(int(color), int(key), cc)
+	})
+}
+
+//export goexp_ncclCommShrink
+func goexp_ncclCommShrink(h C.ncclComm_t, exclude *C.int, nExclude C.int, out *C.ncclComm_t, cfg *C.ncclConfig_t, flags C.int) (res C.ncclResult_t) {
+	const call = "ncclCommShrink"
+	defer recoverInto(&res, call)
+	if nExclude < 0 || (nExclude > 0 && exclude == nil) {
+		return toResult(call, argErr(call, "bad excludeRanksList"))
+	}
+	var excl []int32
+	for _, r := range unsafe.Slice(exclude, int(nExclude)) {
+		excl = append(excl, int32(r))
+	}
+	return derive(call, h, out, cfg, func(c *comm.Comm, cc *comm.Config) (*comm.Comm, error) {
+		return c.Shrink(excl, cc, int(flags))
+	})
+}
+
+// derive is the shell of Split and Shrink: the new communicator made from
+// h by mk (nil: none for this rank, NCCL_SPLIT_NOCOLOR) goes to *out.
+// cfg nil: the parent's configuration.
+func derive(call string, h C.ncclComm_t, out *C.ncclComm_t, cfg *C.ncclConfig_t, mk func(*comm.Comm, *comm.Config) (*comm.Comm, error)) C.ncclResult_t {
+	if out == nil {
+		return toResult(call, argErr(call, "NULL newcomm"))
+	}
+	*out = nil
+	c, err := commOf(call, h)
+	if err != nil {
+		return toResult(call, err)
+	}
+	var cc *comm.Config
+	if cfg != nil {
+		parsed, err := comm.ConfigFromC(unsafe.Pointer(cfg))
+		if err != nil {
+			return toResult(call, err)
+		}
+		cc = &parsed
+	}
+	nc, err := mk(c, cc)
+	if err == nil && nc != nil {
+		*out = newCommHandle(nc)
+	}
+	return toResult(call, err)
+}
+
+//export goexp_ncclCommInitRankScalable
+func goexp_ncclCommInitRankScalable(out *C.ncclComm_t, n, rank, nID C.int, ids *C.ncclUniqueId, cfg *C.ncclConfig_t) (res C.ncclResult_t) {
+	const call = "ncclCommInitRankScalable"
+	defer recoverInto(&res, call)
+	if nID < 1 || ids == nil {
+		if out != nil {
+			*out = nil
+		}
+		return toResult(call, argErr(call, "no unique ids"))
+	}
+	// Every rank holds the same ids; the bootstrap needs only the first
+	// to meet.
+	return initRank(call, out, n, ids, rank, cfg)
+}
+
+//export goexp_ncclGroupSimulateEnd
+func goexp_ncclGroupSimulateEnd(info *C.ncclSimInfo_t) (res C.ncclResult_t) {
+	const call = "ncclGroupSimulateEnd"
+	defer recoverInto(&res, call)
+	return toResult(call, comm.GroupSimulateEnd(unsafe.Pointer(info)))
 }

@@ -12,15 +12,21 @@ import (
 // lock that a call waiting for room in a stream's queue holds. The engine
 // frees its state once its streams drained, within CECOLL_ABORT_TIMEOUT
 // seconds (default 5), or leaves it allocated (leaked) rather than free
-// it under a stream that may still touch it.
+// it under a stream that may still touch it. In forward mode the real
+// communicator is aborted first; its error is returned, cecoll's side is
+// aborted either way.
 func (c *Comm) Abort() error {
+	var rerr error
+	if h := c.takeReal(); h != 0 {
+		rerr = c.lib.Abort(h)
+	}
 	if eng := c.engine(); eng != nil {
 		eng.Abort() // first, without c.mu: a destroy in progress may hold it
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state() == stDestroyed {
-		return nil
+		return rerr
 	}
 	err := result.Errorf(result.RemoteError, "rank %d aborted the communicator", c.rank)
 	if c.boot != nil {
@@ -30,5 +36,5 @@ func (c *Comm) Abort() error {
 	c.fail(err)
 	c.releaseLocked()
 	c.detach()
-	return nil
+	return rerr
 }

@@ -122,7 +122,11 @@ func (b *localBoot) AllGather(mine []byte) ([][]byte, error) {
 	select {
 	case <-r.done:
 	case <-w.abortCh:
-		return nil, result.Errorf(result.RemoteError, "bootstrap: %w", w.abortEr)
+		select {
+		case <-r.done: // the round completed before the abort: its answer stands
+		default:
+			return nil, result.Errorf(result.RemoteError, "bootstrap: %w", w.abortEr)
+		}
 	case <-timer.C:
 		err := result.Errorf(result.RemoteError, "bootstrap: rank %d waited %v for its %d peers (a rank never joined or stopped calling)", b.rank, w.timeout, w.n-1)
 		w.abort(err)

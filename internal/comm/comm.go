@@ -4,12 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"cecoll/internal/ce"
+	"cecoll/internal/forward"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
 	"cecoll/internal/result"
@@ -96,15 +96,24 @@ type Comm struct {
 
 	winMu   sync.RWMutex
 	wins    []*Window // sorted by base; registered or being registered
-	regs    map[uintptr][2]uintptr
+	regs    map[uintptr]regEntry
 	nextReg uintptr
+
+	pairing // forward mode (pair.go)
+}
+
+// regEntry is one ncclCommRegister: the buffer, and the real library's
+// handle for it in forward mode.
+type regEntry struct {
+	p, size uintptr
+	real    forward.Handle
 }
 
 var _ ce.Comm = (*Comm)(nil)
 
 func newComm(rt hip.Runtime, rank, size, dev int, cfg Config) *Comm {
 	return &Comm{rt: rt, rank: rank, size: size, dev: dev, cfg: cfg,
-		ready: make(chan struct{}), regs: make(map[uintptr][2]uintptr)}
+		ready: make(chan struct{}), regs: make(map[uintptr]regEntry)}
 }
 
 func (c *Comm) state() state { return state(c.st.Load()) }
@@ -139,8 +148,23 @@ func (c *Comm) Barrier() error { return c.boot.Barrier() }
 // InitRank creates rank `rank` of an n-rank communicator on the calling
 // thread's current device. Outside a group it returns once every rank has
 // joined (collective); inside one it returns at once and the communicator
-// is set up at ncclGroupEnd.
+// is set up at ncclGroupEnd. In forward mode it owns a real communicator
+// made from the same init (pair.go).
 func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
+	lib, mode, err := currentLib()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := rt.GetDevice()
+	if err != nil {
+		return nil, result.Errorf(result.UnhandledCudaError, "current device: %w", err)
+	}
+	return initRank(rt, id, n, rank, dev, cfg, pairArgs{lib: lib, mode: mode})
+}
+
+// initRank is InitRank on device dev, with the forward-mode set-up p
+// (pairGiven: a real communicator the caller made).
+func initRank(rt hip.Runtime, id ID, n, rank, dev int, cfg Config, p pairArgs) (*Comm, error) {
 	if n < 1 || n > MaxRanks {
 		return nil, result.Errorf(result.InvalidArgument, "nranks %d is outside 1..%d", n, MaxRanks)
 	}
@@ -151,13 +175,11 @@ func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev, err := rt.GetDevice()
-	if err != nil {
-		return nil, result.Errorf(result.UnhandledCudaError, "current device: %w", err)
-	}
 	c := newComm(rt, rank, n, dev, cfg)
+	c.lib, c.mode, c.given, c.givenErr = p.lib, p.mode, p.given, p.givenErr
 	w, err := join(key, n, rank, c)
 	if err != nil {
+		c.dropGiven()
 		return nil, err
 	}
 	c.w = w
@@ -172,6 +194,15 @@ func InitRank(rt hip.Runtime, id ID, n, rank int, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// dropGiven aborts a real communicator handed in for a pairing that never
+// came (pairGiven).
+func (c *Comm) dropGiven() {
+	if c.mode == pairGiven && c.given != 0 {
+		c.dropReal(c.given)
+		c.given = 0
+	}
 }
 
 // InitAll creates all n ranks of a communicator in this process, rank i on
@@ -191,6 +222,26 @@ func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
 	if _, err := rand.Read(kb[:]); err != nil {
 		return nil, result.Errorf(result.SystemError, "random key: %w", err)
 	}
+	for r := range n {
+		if devs != nil && (devs[r] < 0 || devs[r] >= count) {
+			return nil, result.Errorf(result.InvalidArgument, "devlist[%d] = %d: the backend has devices 0..%d", r, devs[r], count-1)
+		}
+	}
+	lib, _, err := currentLib()
+	if err != nil {
+		return nil, err
+	}
+	// The real library's ncclCommInitAll makes its side, all ranks at once;
+	// each cecoll rank pairs with its own at init (pairUp), or, where it
+	// refused, every rank stays CE-only.
+	var real []forward.Handle
+	var realErr error
+	if lib != nil {
+		real, realErr = lib.InitAll(n, devs)
+		if realErr == nil && len(real) != n {
+			realErr = fmt.Errorf("it made %d communicators, not %d", len(real), n)
+		}
+	}
 	w := newWorld(binary.LittleEndian.Uint64(kb[:]), n)
 	comms := make([]*Comm, n)
 	for r := range comms {
@@ -198,10 +249,13 @@ func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
 		if devs != nil {
 			dev = devs[r]
 		}
-		if dev < 0 || dev >= count {
-			return nil, result.Errorf(result.InvalidArgument, "devlist[%d] = %d: the backend has devices 0..%d", r, dev, count-1)
-		}
 		c := newComm(rt, r, n, dev, cfg)
+		if lib != nil {
+			c.lib, c.mode, c.givenErr = lib, pairGiven, realErr
+			if realErr == nil {
+				c.given = real[r]
+			}
+		}
 		c.w = w
 		c.boot = &localBoot{w: w, rank: r}
 		w.comms[r] = c
@@ -277,6 +331,10 @@ func (c *Comm) runInit() error {
 		}
 		c.boot.Abort(result.Errorf(result.RemoteError, "rank %d failed to initialise: %w", c.rank, err))
 		c.releaseLocked()
+		c.dropGiven()
+		if h := c.takeReal(); h != 0 {
+			c.dropReal(h)
+		}
 		return err
 	}
 	if c.state() != stInit { // aborted while initialising
@@ -289,20 +347,18 @@ func (c *Comm) runInit() error {
 }
 
 func (c *Comm) initCollective() error {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(c.dev))
-	binary.LittleEndian.PutUint64(b[8:], uint64(os.Getpid()))
-	all, err := c.boot.AllGather(b[:])
+	all, err := c.exchangeInit()
 	if err != nil {
 		return err
 	}
 	c.oneDevice = true
 	local := 0 // ranks in this process on this device, this one included
+	me := all[c.rank]
 	for r, p := range all {
 		// Only this process's world says which ranks run here: a peer
 		// could claim this pid.
 		here := r == c.rank || c.w.peer(r) != nil
-		same := here && len(p) == len(b) && [16]byte(p) == b
+		same := here && p.dev == me.dev
 		if r != c.rank && same {
 			c.devShared = true
 		}
@@ -310,6 +366,14 @@ func (c *Comm) initCollective() error {
 			local++
 		}
 		c.oneDevice = c.oneDevice && same
+	}
+	if c.spans {
+		// Copy engines reach one node: the real library runs every call.
+		if c.lib == nil {
+			return result.Errorf(result.InvalidUsage, "the communicator's ranks are on several hosts (%s, %s, ...): copy engines reach one node only, and no real NCCL or RCCL is loaded to forward to (CECOLL_NCCL_LIB)",
+				all[0].host, me.host)
+		}
+		return c.pairUp(all[0])
 	}
 	if err := checkQueues(c.rt, c.dev, local); err != nil {
 		return err
@@ -321,6 +385,9 @@ func (c *Comm) initCollective() error {
 	c.engMu.Lock()
 	c.setEngine(eng)
 	c.engMu.Unlock()
+	if c.lib != nil {
+		return c.pairUp(all[0])
+	}
 	return nil
 }
 
@@ -426,7 +493,7 @@ func (c *Comm) releaseLocked() {
 		user = append(user, w)
 	}
 	c.wins = kept
-	c.regs = make(map[uintptr][2]uintptr)
+	c.regs = make(map[uintptr]regEntry)
 	c.winMu.Unlock()
 	reclaiming.Add(1)
 	go func() {
@@ -447,8 +514,13 @@ var reclaiming sync.WaitGroup
 
 // Finalize is ncclCommFinalize: local, idempotent. It releases the CE state
 // (the engine completes or abandons its own work); collectives afterwards
-// are ncclInvalidUsage.
+// are ncclInvalidUsage. In forward mode the real communicator is finalized
+// first (it keeps it until Destroy).
 func (c *Comm) Finalize() error {
+	var rerr error
+	if h := c.Real(); h != 0 && c.state() == stReady {
+		rerr = c.lib.Finalize(forward.Handle(h))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.state() {
@@ -461,29 +533,41 @@ func (c *Comm) Finalize() error {
 		c.closeEngineLocked()
 		c.engMu.Unlock()
 	}
-	return nil
+	return rerr
 }
 
 // Destroy is ncclCommDestroy: local, never waits for peers, frees
 // everything (finalizing first if needed). Idempotent here; export's handle
-// registry turns a second call into ncclInvalidArgument.
+// registry turns a second call into ncclInvalidArgument. In forward mode
+// the real communicator is destroyed first; its error is returned, but
+// cecoll's side is gone either way (Destroyed).
 func (c *Comm) Destroy() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch c.state() {
-	case stDestroyed:
-		return nil
-	case stInit:
+	if c.state() == stInit {
 		select {
 		case <-c.ready:
 		default:
 			return result.Errorf(result.InvalidUsage, "ncclCommDestroy: communicator is still being created (its ncclGroupEnd has not run)")
 		}
 	}
+	var rerr error
+	if h := c.takeReal(); h != 0 {
+		rerr = c.lib.Destroy(h)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state() == stDestroyed {
+		return rerr
+	}
 	c.releaseLocked()
 	c.detach()
 	c.st.Store(int32(stDestroyed))
-	return nil
+	return rerr
+}
+
+// Destroyed reports whether Destroy (or Abort) freed cecoll's side.
+func (c *Comm) Destroyed() bool {
+	st := c.state()
+	return st == stDestroyed || st == stAborted
 }
 
 func (c *Comm) detach() {
@@ -500,8 +584,14 @@ func (c *Comm) detach() {
 
 // AsyncError is ncclCommGetAsyncError: nil normally, the init error of a
 // communicator whose deferred creation failed, or its first asynchronous
-// failure.
+// failure. In forward mode the real communicator's state comes first: its
+// failure, or InProgress.
 func (c *Comm) AsyncError() error {
+	if h := c.Real(); h != 0 {
+		if err := c.lib.AsyncError(forward.Handle(h)); err != nil {
+			return err
+		}
+	}
 	if c.state() == stFailed {
 		c.mu.Lock()
 		defer c.mu.Unlock()

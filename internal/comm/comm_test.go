@@ -252,8 +252,8 @@ func TestConfigFromC(t *testing.T) {
 		code result.Code
 		want Config
 	}{
-		{"2.28 size", mk(80, ConfigMagic, 0, 1), result.Success, Config{Blocking: false, CTAPolicy: 1}},
-		{"newer header", mk(96, ConfigMagic, 1, 2), result.Success, Config{Blocking: true, CTAPolicy: 2}},
+		{"2.28 size", mk(80, ConfigMagic, 0, 1), result.Success, Config{Blocking: false, CTAPolicy: 1, CTASet: true}},
+		{"newer header", mk(96, ConfigMagic, 1, 2), result.Success, Config{Blocking: true, CTAPolicy: 2, CTASet: true}},
 		{"older header without CTAPolicy", mk(56, ConfigMagic, 0, 1), result.Success, Config{Blocking: false}},
 		{"only size/magic/version", mk(16, ConfigMagic, 0, 1), result.Success, Config{Blocking: true}},
 		{"undefined blocking", mk(80, ConfigMagic, undefInt, undefInt), result.Success, Config{Blocking: true}},
@@ -265,6 +265,8 @@ func TestConfigFromC(t *testing.T) {
 			cfg, err := ConfigFromC(unsafe.Pointer(&tc.buf[0]))
 			require.Equal(t, tc.code, result.Of(err), "%v", err)
 			if tc.code == result.Success {
+				require.Equal(t, tc.buf[:binary.LittleEndian.Uint64(tc.buf)], cfg.Raw, "the caller's bytes, for the real library")
+				cfg.Raw = nil
 				require.Equal(t, tc.want, cfg)
 			}
 		})
@@ -459,13 +461,13 @@ func TestGroupSimulateEnd(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	rt := newRT(t, 1)
-	requireCode(t, result.InvalidUsage, GroupSimulateEnd())
+	requireCode(t, result.InvalidUsage, GroupSimulateEnd(nil))
 	id, err := NewID()
 	require.NoError(t, err)
 	require.NoError(t, GroupStart())
 	c, err := InitRank(rt, id, 2, 0, DefaultConfig())
 	require.NoError(t, err)
-	requireCode(t, result.InvalidUsage, GroupSimulateEnd())
+	requireCode(t, result.InvalidUsage, GroupSimulateEnd(nil))
 	require.Nil(t, currentGroup(), "the group is closed")
 	requireCode(t, result.InvalidUsage, c.AsyncError())
 	require.NoError(t, c.Destroy())

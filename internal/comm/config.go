@@ -19,6 +19,13 @@ type Config struct {
 	Blocking  bool
 	CommName  string
 	CTAPolicy int
+	CTASet    bool // CTAPolicy was set (else NCCL_CTA_POLICY applies)
+	// Raw is the caller's ncclConfig_t as it was given (its size bytes;
+	// nil: none), for the real library in forward mode (pair.go).
+	Raw []byte
+	// Host, for tests, is the host name this rank reports at init (empty:
+	// the machine's): ranks on several hosts forward everything.
+	Host string
 }
 
 // DefaultConfig is what a NULL config means.
@@ -62,15 +69,22 @@ func ConfigFromC(p unsafe.Pointer) (Config, error) {
 		cfg.Blocking = v == 1
 	}
 	if v, ok := readInt(cfgOffCTAPolicy); ok {
-		cfg.CTAPolicy = int(v)
+		cfg.CTAPolicy, cfg.CTASet = int(v), true
 	}
 	if size >= cfgOffCommName+8 {
 		if s := *(*unsafe.Pointer)(unsafe.Add(p, cfgOffCommName)); s != nil {
 			cfg.CommName = cString(s, 256)
 		}
 	}
+	if size > maxConfigBytes {
+		return cfg, result.Errorf(result.InvalidArgument, "ncclConfig_t: size %d is larger than any NCCL's (use NCCL_CONFIG_INITIALIZER)", size)
+	}
+	cfg.Raw = append([]byte(nil), unsafe.Slice((*byte)(p), size)...)
 	return cfg, nil
 }
+
+// maxConfigBytes bounds a caller's ncclConfig_t (2.31's is 128 bytes).
+const maxConfigBytes = 1024
 
 // cString copies a NUL-terminated C string of at most max bytes.
 func cString(p unsafe.Pointer, max int) string {

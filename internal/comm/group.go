@@ -4,8 +4,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"cecoll/internal/ce"
+	"cecoll/internal/forward"
 	"cecoll/internal/hip"
 	"cecoll/internal/osthread"
 	"cecoll/internal/result"
@@ -92,8 +94,13 @@ func (g *group) addInit(c *Comm)   { g.inits = append(g.inits, c) }
 func (g *group) addReg(w *Window)  { g.regs = append(g.regs, w) }
 func (g *group) addCeInit(c *Comm) { g.ceInits = append(g.ceInits, c) }
 
-// GroupStart is ncclGroupStart for the calling OS thread; groups nest.
+// GroupStart is ncclGroupStart for the calling OS thread; groups nest. In
+// forward mode the real library's group opens with cecoll's, on this
+// thread, so forwarded calls in it are deferred to ncclGroupEnd too.
 func GroupStart() error {
+	if err := groupReal(true); err != nil {
+		return err
+	}
 	tid := osthread.ID()
 	groups.Lock()
 	defer groups.Unlock()
@@ -108,11 +115,18 @@ func GroupStart() error {
 }
 
 // GroupEnd is ncclGroupEnd: the outermost one runs the deferred work and
-// returns its first error.
+// returns its first error. In forward mode the real library's group
+// closes with it: at the outermost level after cecoll's creations and
+// registrations (which pair with the real library on their own threads)
+// and before cecoll's collectives, so every rank enqueues a mixed group's
+// forwarded calls, then its copy-engine ones, on their streams.
 func GroupEnd() error {
 	g, err := closeLevel("ncclGroupEnd")
 	if g == nil {
-		return err
+		if err != nil {
+			return err
+		}
+		return groupReal(false)
 	}
 	defer g.release()
 	return g.run()
@@ -146,6 +160,9 @@ func (g *group) run() error {
 	var errs []error
 	if len(g.inits)+len(g.ceInits)+len(g.regs) > 0 {
 		errs = g.setUp()
+	}
+	if err := groupReal(false); err != nil {
+		errs = append(errs, err)
 	}
 	if len(g.colls) > 0 {
 		errs = append(errs, g.launch()...)
@@ -195,7 +212,7 @@ func (g *group) setUp() []error {
 			if err := c.usable("ncclCommWindowRegister"); err != nil {
 				return err
 			}
-			if err := c.register(w); err != nil {
+			if err := c.registerUser(w); err != nil {
 				return err
 			}
 		}
@@ -341,23 +358,32 @@ func (g *group) runSet(errs []error) []error {
 // GroupSimulateEnd is ncclGroupSimulateEnd: cecoll has no performance
 // model, so it refuses (InvalidUsage), but it still closes the group level
 // so the thread's later calls are not deferred forever. The outermost level
-// drops the deferred work; communicators it would have created fail.
-func GroupSimulateEnd() error {
+// drops the deferred work; communicators it would have created fail. In
+// forward mode the real library's group closes with it, by its own
+// ncclGroupSimulateEnd (info, the caller's ncclSimInfo_t), whose answer is
+// returned: its estimate leaves out cecoll's part.
+func GroupSimulateEnd(info unsafe.Pointer) error {
 	g, err := closeLevel("ncclGroupSimulateEnd")
 	if err != nil {
 		return err
 	}
-	refused := result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd: cecoll has no performance model to simulate a group with; the group's deferred work was dropped")
+	dropped := result.Errorf(result.InvalidUsage, "ncclGroupSimulateEnd: cecoll has no performance model to simulate a group with; the group's deferred work was dropped")
+	refused := dropped
+	if lib, _ := forward.Current(); lib != nil {
+		refused = lib.GroupSimulateEnd(info)
+	}
 	if g == nil {
 		return refused
 	}
 	for _, c := range g.inits {
 		c.mu.Lock()
-		c.initErr = refused
+		c.initErr = dropped
 		c.st.Store(int32(stFailed))
-		c.boot.Abort(refused)
+		c.boot.Abort(dropped)
 		c.mu.Unlock()
 		close(c.ready)
+		c.dropGiven()
 	}
+	g.release()
 	return refused
 }

@@ -363,11 +363,11 @@ func (f *fakeRoot) serve(conn net.Conn) {
 
 // peer is rank 1's part, given the victim's.
 func (f *fakeRoot) peer(mine []byte) []byte {
+	if m, err := decodeInit(mine); err == nil { // init: the victim's, from pid 1
+		m.pid = 1
+		return m.encode()
+	}
 	switch len(mine) {
-	case 16: // devices and pids
-		b := make([]byte, 16)
-		binary.LittleEndian.PutUint64(b[8:], 1)
-		return b
 	case nodeWinMsg:
 		m, err := parseWinMsg(mine)
 		if err != nil {

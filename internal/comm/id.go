@@ -102,3 +102,42 @@ func (s *secret) ours() bool {
 
 // sameTag compares two tags in constant time.
 func sameTag(a, b [tagBytes]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+
+// Derived ids (ncclCommShrink): ranks that cannot all meet (the excluded
+// ones never call) make the same id each on its own, from the parent's id
+// and a tag they agree on. It names the parent's root and keeps the
+// parent's secret tag; the parent's key and the derivation tag ride in
+// bytes derivedOff.. of the id, for the hello, where the root proves the
+// parent's secret and recomputes the derived key (hello.ours).
+const derivedOff = 64
+
+// DerivedID is the id of a communicator made from parent with tag. A
+// parent that is itself derived passes on its own parent's key, with the
+// tags chained, so that the key the root proves is always one it made.
+func DerivedID(parent *ID, tag uint64) ID {
+	id := *parent
+	pk, ptag := parent.derivation()
+	if pk == 0 {
+		pk = binary.LittleEndian.Uint64(parent[8:16])
+	} else {
+		tag = deriveKey(ptag, tag)
+	}
+	binary.LittleEndian.PutUint64(id[8:16], deriveKey(pk, tag))
+	binary.LittleEndian.PutUint64(id[derivedOff:], pk)
+	binary.LittleEndian.PutUint64(id[derivedOff+8:], tag)
+	return id
+}
+
+// derivation returns the parent key and tag of a derived id (0, 0
+// otherwise).
+func (id *ID) derivation() (parent, tag uint64) {
+	return binary.LittleEndian.Uint64(id[derivedOff:]), binary.LittleEndian.Uint64(id[derivedOff+8:])
+}
+
+func deriveKey(parent, tag uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[0:], parent)
+	binary.LittleEndian.PutUint64(b[8:], tag)
+	sum := sha256.Sum256(b[:])
+	return binary.LittleEndian.Uint64(sum[:8]) | 1 // never 0
+}

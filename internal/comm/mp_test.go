@@ -767,6 +767,35 @@ func BenchmarkMPBootstrap(b *testing.B) {
 	}
 }
 
+// A derived id (ncclCommShrink) proves itself through its root-made
+// ancestor: its hello passes at the root, a shrink of a shrink too, and a
+// derived key that does not follow from the parent's, or a parent the
+// root did not make, does not.
+func TestDerivedIDProof(t *testing.T) {
+	id, err := NewID()
+	require.NoError(t, err)
+	hi := func(id ID) *hello {
+		h := &hello{sec: id.secret()}
+		h.parent, h.dtag = id.derivation()
+		back, err := parseHello(h.encode())
+		require.NoError(t, err)
+		return &back
+	}
+	require.True(t, hi(id).ours())
+	kid := DerivedID(&id, 7)
+	require.NotEqual(t, id[8:16], kid[8:16])
+	require.True(t, hi(kid).ours())
+	grandkid := DerivedID(&kid, 9)
+	require.True(t, hi(grandkid).ours(), "a shrink of a shrink")
+	require.NotEqual(t, kid[8:16], grandkid[8:16])
+	forged := hi(kid)
+	forged.dtag++
+	require.False(t, forged.ours(), "a key that does not follow from the parent's")
+	other := id
+	other[8]++ // a parent the root did not make
+	require.False(t, hi(DerivedID(&other, 7)).ours())
+}
+
 // The id's layout is what C programs read: magic, key, then a Linux
 // struct sockaddr_in of the root listener (family little-endian, port
 // big-endian), loopback by default, and the secret tag at 48.

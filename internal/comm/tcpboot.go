@@ -27,16 +27,19 @@ type peerInfo struct {
 // goroutine takes every frame the root sends: allgather results, and the
 // abort that says a peer died, which it reports at once through onFail.
 type tcpBoot struct {
-	addr    *net.TCPAddr
-	sec     secret
-	n, rank int
-	local   func(r int) bool // rank r is one of this process's (its in-process world)
-	onFail  func(error)      // a peer's death or abort; never called for our own Abort
-	onTable func() error     // the root answered: every rank has arrived
-	onDone  func()           // the rendezvous ended, either way
-	check   bool             // CECOLL_CHECK: rank 0 makes the board before its hello
-	boardFD int
-	timeout time.Duration
+	addr *net.TCPAddr
+	sec  secret
+	// parent and dtag: a derived id's (DerivedID): the root accepts the
+	// key as derived from its parent's.
+	parent, dtag uint64
+	n, rank      int
+	local        func(r int) bool // rank r is one of this process's (its in-process world)
+	onFail       func(error)      // a peer's death or abort; never called for our own Abort
+	onTable      func() error     // the root answered: every rank has arrived
+	onDone       func()           // the rendezvous ended, either way
+	check        bool             // CECOLL_CHECK: rank 0 makes the board before its hello
+	boardFD      int
+	timeout      time.Duration
 
 	connectOnce sync.Once
 	connErr     error
@@ -97,7 +100,7 @@ func (b *tcpBoot) dial() error {
 			return err
 		}
 	}
-	h := hello{sec: b.sec, n: b.n, rank: b.rank, pid: uint32(os.Getpid()), host: hostname(), sock: sock}
+	h := hello{sec: b.sec, n: b.n, rank: b.rank, pid: uint32(os.Getpid()), host: hostname(), sock: sock, parent: b.parent, dtag: b.dtag}
 	frame := h.encode()
 	deadline := time.Now().Add(b.timeout + 2*time.Second)
 	var conn net.Conn
@@ -340,6 +343,14 @@ func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
 	case all := <-ch:
 		return all, nil
 	case <-b.failCh:
+		select {
+		case all := <-ch:
+			// The round completed before the failure (the reader
+			// delivers frames in order): every rank gets the same
+			// answer, and a rank that fails on it fails alike.
+			return all, nil
+		default:
+		}
 		err := b.failed()
 		return nil, result.Errorf(result.Of(err), "bootstrap: %w", err)
 	case <-timer.C:
@@ -420,6 +431,7 @@ func (c *Comm) attachNode(id *ID) {
 		return
 	}
 	b := newTCPBoot(addr, id.secret(), c.size, c.rank)
+	b.parent, b.dtag = id.derivation()
 	b.local = func(r int) bool { return c.w.peer(r) != nil }
 	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
 	b.onFail = c.fail

@@ -263,7 +263,7 @@ func serveConn(gc *gateConn) {
 		gc.refuse("not a cecoll bootstrap hello (frame type %d: %v)", typ, err)
 		return
 	}
-	if !h.sec.ours() {
+	if !h.ours() {
 		gc.refuse("it did not present the secret of any unique id of this process")
 		return
 	}

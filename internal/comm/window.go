@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 
 	"cecoll/internal/ce"
+	"cecoll/internal/forward"
 	"cecoll/internal/hip"
+	"cecoll/internal/log"
 	"cecoll/internal/result"
 )
 
@@ -31,6 +33,11 @@ type Window struct {
 	reach    uintptr // the smallest window of all ranks: copies go no further
 	live     atomic.Bool
 	dead     bool // deregistered (under c.winMu)
+
+	// Forward mode: the real library's window for the same buffer (none:
+	// realWhy says why).
+	realRef
+	realWhy string
 }
 
 var _ ce.Window = (*Window)(nil)
@@ -91,18 +98,28 @@ func (c *Comm) WindowRegister(p hip.DevicePtr, size uintptr, flags int) (*Window
 	if err := c.usable("ncclCommWindowRegister"); err != nil {
 		return nil, err
 	}
-	if err := c.onDevice(func() error { return c.register(w) }); err != nil {
+	if err := c.onDevice(func() error { return c.registerUser(w) }); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-// WindowDeregister is ncclCommWindowDeregister: local.
+// WindowDeregister is ncclCommWindowDeregister: local, the real
+// library's window first.
 func (c *Comm) WindowDeregister(w *Window) error {
 	if w == nil || w.c != c || w.internal {
 		return result.Errorf(result.InvalidArgument, "ncclCommWindowDeregister: not a window of this communicator")
 	}
-	return c.deregister(w)
+	var rerr error
+	if rw := w.takeReal(); rw != 0 {
+		if h := c.Real(); h != 0 {
+			rerr = c.lib.WindowDeregister(forward.Handle(h), rw)
+		}
+	}
+	if c.spans {
+		return rerr // never registered with cecoll
+	}
+	return firstNonNil(rerr, c.deregister(w))
 }
 
 // checkLocked validates [p, p+size) for registration; c.winMu held.
@@ -265,7 +282,8 @@ func (c *Comm) FindWindow(p hip.DevicePtr, n uintptr) (ce.Window, bool) {
 }
 
 // Register is ncclCommRegister: bookkeeping only (copy engines need no
-// registration); the handle is an opaque nonzero number.
+// registration); the handle is an opaque nonzero number. In forward mode
+// the buffer is registered with the real communicator too (local in both).
 func (c *Comm) Register(p hip.DevicePtr, size uintptr) (uintptr, error) {
 	if err := c.usable("ncclCommRegister"); err != nil {
 		return 0, err
@@ -273,21 +291,82 @@ func (c *Comm) Register(p hip.DevicePtr, size uintptr) (uintptr, error) {
 	if p == 0 && size != 0 {
 		return 0, result.Errorf(result.InvalidArgument, "ncclCommRegister: NULL buffer")
 	}
+	var real forward.Handle
+	if h := c.Real(); h != 0 {
+		var err error
+		if real, err = c.lib.Register(forward.Handle(h), uintptr(p), size); err != nil {
+			return 0, err
+		}
+	}
 	c.winMu.Lock()
 	defer c.winMu.Unlock()
 	c.nextReg++
 	h := c.nextReg
-	c.regs[h] = [2]uintptr{uintptr(p), size}
+	c.regs[h] = regEntry{p: uintptr(p), size: size, real: real}
 	return h, nil
 }
 
-// Deregister is ncclCommDeregister.
+// Deregister is ncclCommDeregister: the real library's registration
+// first.
 func (c *Comm) Deregister(h uintptr) error {
 	c.winMu.Lock()
-	defer c.winMu.Unlock()
-	if _, ok := c.regs[h]; !ok {
+	e, ok := c.regs[h]
+	delete(c.regs, h)
+	c.winMu.Unlock()
+	if !ok {
 		return result.Errorf(result.InvalidArgument, "ncclCommDeregister: unknown handle %#x", h)
 	}
-	delete(c.regs, h)
+	if rc := c.Real(); rc != 0 && e.real != 0 {
+		return c.lib.Deregister(forward.Handle(rc), e.real)
+	}
+	return nil
+}
+
+// RealWhy says why w has no real window although its communicator has a
+// real one ("" otherwise).
+func (w *Window) RealWhy() string { return w.realWhy }
+
+// registerUser is the registration of a user window: cecoll's (collective,
+// all ranks succeed or fail together), then, in forward mode, the real
+// library's, whose outcome is agreed too: where it failed on any rank,
+// every rank drops its real window and the window is cecoll's alone
+// (forwarded calls on it are refused with the reason). A communicator on
+// several hosts registers with the real library only.
+func (c *Comm) registerUser(w *Window) error {
+	if !c.spans {
+		if err := c.register(w); err != nil {
+			return err
+		}
+	}
+	h := c.Real()
+	if h == 0 {
+		return nil
+	}
+	rw, rerr := c.lib.WindowRegister(forward.Handle(h), uintptr(w.base), w.size, w.flags)
+	bad, text, err := c.agree(rerr)
+	if err == nil && bad >= 0 {
+		err = result.Errorf(result.InvalidUsage, "the real library (%s) refused the window on rank %d: %s", c.lib.Name(), bad, text)
+	}
+	if err == nil {
+		w.setReal(rw)
+		if c.spans {
+			w.live.Store(true)
+		}
+		return nil
+	}
+	if rw != 0 {
+		c.lib.WindowDeregister(forward.Handle(h), rw)
+	}
+	if c.spans {
+		return err // the real window was all there was
+	}
+	if result.Of(err) != result.InvalidUsage {
+		c.deregister(w) // the bootstrap failed: the registration fails
+		return err
+	}
+	w.realWhy = err.Error()
+	if c.rank == 0 {
+		log.Warnf("comm %#x: %s; the window is cecoll's alone (forwarded calls on it are refused)", c.w.key, w.realWhy)
+	}
 	return nil
 }

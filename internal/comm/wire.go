@@ -176,6 +176,8 @@ type hello struct {
 	pid     uint32
 	host    string
 	sock    string
+	// parent and dtag: a derived id's (DerivedID), else 0.
+	parent, dtag uint64
 }
 
 func (h *hello) encode() []byte {
@@ -188,6 +190,10 @@ func (h *hello) encode() []byte {
 	e.u32(h.pid)
 	e.str(h.host)
 	e.str(h.sock)
+	if h.parent != 0 {
+		e.u64(h.parent)
+		e.u64(h.dtag)
+	}
 	return e.b
 }
 
@@ -202,6 +208,9 @@ func parseHello(p []byte) (hello, error) {
 	h.n, h.rank, h.pid = int(int32(d.u32())), int(int32(d.u32())), d.u32()
 	h.host = d.strMax(maxHost, "host name")
 	h.sock = d.strMax(maxSock, "socket name")
+	if d.err == nil && len(d.b) > 0 {
+		h.parent, h.dtag = d.u64(), d.u64()
+	}
 	if err := d.end(); err != nil {
 		return hello{}, err
 	}
@@ -225,6 +234,17 @@ func (h *hello) validate() error {
 		return result.Errorf(result.InvalidArgument, "bootstrap: rank %d names the host %q", h.rank, h.host)
 	}
 	return nil
+}
+
+// ours reports whether h presents the secret of an id this process made,
+// or of one derived from such an id (the parent's tag proves the parent's
+// key, from which the derived key must follow).
+func (h *hello) ours() bool {
+	if h.parent == 0 {
+		return h.sec.ours()
+	}
+	p := secret{key: h.parent, tag: h.sec.tag}
+	return p.ours() && deriveKey(h.parent, h.dtag) == h.sec.key
 }
 
 func validSock(s string) bool {

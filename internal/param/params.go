@@ -49,6 +49,20 @@ var (
 	SocketIfname = newString("CECOLL_SOCKET_IFNAME", User, "loopback", "name prefixes, =name exact, ^ excludes; comma list",
 		"interface of the bootstrap listener; blank: NCCL_SOCKET_IFNAME, else loopback").orElse(NCCLSocketIfname)
 
+	// Forward mode (internal/forward): the real NCCL/RCCL behind cecoll, and
+	// which calls go to the copy engines. Every rank of a communicator must
+	// see the same routing values: they are agreed at init, a mismatch fails it.
+	NCCLLib = newString("CECOLL_NCCL_LIB", User, "unset", "a path to libnccl.so.2 or librccl.so.1",
+		"the real library to forward to; unset: the one the program linked (cecoll preloaded), else, where cecoll sits in place of libnccl.so.2 or librccl.so.1, the loader's path and torch's nvidia/nccl/lib")
+	Route = newChoice("CECOLL_ROUTE", User, "auto", []string{"auto", "ce", "nccl"},
+		"with a real library: which AllGather, AlltoAll, Scatter and Gather run on copy engines: auto (zero-SM communicators, buffers in symmetric windows, and per-rank blocks from CECOLL_ROUTE_BYTES), ce (all), nccl (none)")
+	RouteBytes = newBytes[uint64]("CECOLL_ROUTE_BYTES", User, 64<<20, 1, 1<<40,
+		"CECOLL_ROUTE=auto: the per-rank block (count x element size) from which those collectives take the copy engines")
+	NCCLCTAPolicy = newInt[int]("NCCL_CTA_POLICY", User, 0, 0, 255, "an NCCL_CTA_POLICY_* value (2: ZERO)",
+		"NCCL's; read when a communicator's config leaves CTAPolicy unset: NCCL_CTA_POLICY_ZERO (2) sends that communicator's copy-engine collectives to the copy engines")
+	LDLibraryPath = newString("LD_LIBRARY_PATH", User, "unset", "the loader's colon list",
+		"read only where cecoll sits in place of libnccl.so.2 or librccl.so.1: searched, cecoll's own file skipped, for the real library")
+
 	// The CUDA driver's, read and set by internal/hip/nvidia.
 	CUDADeviceMaxConnections = newString("CUDA_DEVICE_MAX_CONNECTIONS", User, "set to 32 by cecoll when unset", "1..32 (the driver caps larger values)",
 		"hardware queues per context; a communicator with that many ranks on one device in one process is refused")

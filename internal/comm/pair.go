@@ -1,0 +1,381 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/forward"
+	"cecoll/internal/hip"
+	"cecoll/internal/log"
+	"cecoll/internal/result"
+)
+
+// Forward mode. With a real NCCL or RCCL loaded (forward.Current), a
+// cecoll communicator owns a real one, created from the same init:
+// ncclCommInitRank's rank 0 makes the real unique id and passes it over
+// cecoll's bootstrap (pairByID); ncclCommInitAll, Split and Shrink make the
+// real communicators themselves and hand them in (pairGiven). Whether
+// every rank got its real communicator is agreed over the bootstrap: where
+// the real library refused on any rank (several ranks on one GPU), every
+// rank aborts its own and the communicator stays CE-only, with the reason.
+// The routing policy and the real library's identity are agreed at init
+// too (initCollective), so every rank routes every call alike.
+
+type pairMode uint8
+
+const (
+	pairNone  pairMode = iota // no real library
+	pairByID                  // rank 0 makes the real unique id
+	pairGiven                 // the caller made the real communicator (given, givenErr)
+)
+
+// pairArgs is how a new communicator pairs (initRank).
+type pairArgs struct {
+	lib      forward.Lib
+	mode     pairMode
+	given    forward.Handle
+	givenErr error
+}
+
+// pairing is a communicator's forward-mode state.
+type pairing struct {
+	lib      forward.Lib
+	mode     pairMode
+	given    forward.Handle // pairGiven: the real communicator made for this rank
+	givenErr error          // pairGiven: why there is none
+	realRef                 // the real communicator it owns
+	realWhy  string         // with lib and no real communicator: why (set at init)
+	policy   forward.Policy // agreed at init
+	spans    bool           // its ranks are on several hosts: everything is forwarded
+}
+
+// realRef is a real library's handle that a cecoll communicator or window
+// owns, and the C handle's copy of it (export's stubs read that one), kept
+// equal.
+type realRef struct {
+	h      atomic.Uintptr
+	slotMu sync.Mutex
+	slot   *uintptr
+}
+
+// Real is the real handle (0: none).
+func (r *realRef) Real() uintptr { return r.h.Load() }
+
+// BindRealSlot keeps *p equal to the real handle from now on (nil: stop);
+// export passes the field its stubs read.
+func (r *realRef) BindRealSlot(p *uintptr) {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	r.slot = p
+	if p != nil {
+		atomic.StoreUintptr(p, r.h.Load())
+	}
+}
+
+func (r *realRef) setReal(h forward.Handle) {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	r.h.Store(uintptr(h))
+	if r.slot != nil {
+		atomic.StoreUintptr(r.slot, uintptr(h))
+	}
+}
+
+// takeReal clears and returns the real handle (a communicator's Finalize
+// keeps it; Destroy and Abort take it).
+func (r *realRef) takeReal() forward.Handle {
+	r.slotMu.Lock()
+	defer r.slotMu.Unlock()
+	h := r.h.Swap(0)
+	if r.slot != nil {
+		atomic.StoreUintptr(r.slot, 0)
+	}
+	return forward.Handle(h)
+}
+
+// Lib is the real library c forwards to, nil when none.
+func (c *Comm) Lib() forward.Lib { return c.lib }
+
+// Spans reports whether c's ranks are on several hosts.
+func (c *Comm) Spans() bool { return c.spans }
+
+// initInfo is what each rank sends at init.
+type initInfo struct {
+	dev, pid uint64
+	host     string
+	policy   []byte
+	lib      string
+	realID   []byte // rank 0, pairByID: the real unique id
+	idErr    string // rank 0, pairByID: why there is none
+}
+
+func (m *initInfo) encode() []byte {
+	var e enc
+	e.u64(m.dev)
+	e.u64(m.pid)
+	e.str(m.host)
+	e.bytes(m.policy)
+	e.str(m.lib)
+	e.bytes(m.realID)
+	e.str(m.idErr)
+	return e.b
+}
+
+func decodeInit(p []byte) (initInfo, error) {
+	d := dec{b: p}
+	m := initInfo{dev: d.u64(), pid: d.u64(), host: d.strMax(maxHost, "host name"), policy: d.bytes(),
+		lib: d.strMax(maxText, "library name"), realID: d.bytes(), idErr: d.strMax(maxText, "failure text")}
+	m.host, m.lib, m.idErr = clean(m.host), clean(m.lib), clean(m.idErr)
+	return m, d.end()
+}
+
+// exchangeInit sends this rank's initInfo and checks what every rank must
+// agree on: the real library and, with one, the routing policy. A
+// mismatch is an error on every rank here, never a divergence later.
+func (c *Comm) exchangeInit() ([]initInfo, error) {
+	c.policy = forward.PolicyFromEnv(c.cfg.CTAPolicy, c.cfg.CTASet)
+	mine := initInfo{dev: uint64(c.dev), pid: uint64(os.Getpid()), host: c.cfg.Host, policy: c.policy.Encode()}
+	if mine.host == "" {
+		mine.host = hostname()
+	}
+	if c.lib != nil {
+		mine.lib = fmt.Sprintf("%s (version %d)", c.lib.Name(), c.lib.Version())
+	}
+	if c.mode == pairByID && c.rank == 0 {
+		var id [forward.IDBytes]byte
+		if err := c.lib.GetUniqueID(&id); err != nil {
+			mine.idErr = err.Error()
+		} else {
+			mine.realID = id[:]
+		}
+	}
+	raw, err := c.boot.AllGather(mine.encode())
+	if err != nil {
+		return nil, err
+	}
+	all := make([]initInfo, len(raw))
+	for r, p := range raw {
+		if all[r], err = decodeInit(p); err != nil {
+			return nil, result.Errorf(result.InternalError, "init: rank %d sent a malformed exchange: %v", r, err)
+		}
+	}
+	for r := 1; r < len(all); r++ {
+		// Without a real library every call takes the copy engines: the
+		// policy routes nothing then, and need not agree.
+		if all[0].lib != "" && string(all[r].policy) != string(all[0].policy) {
+			return nil, result.Errorf(result.InvalidUsage,
+				"ranks disagree on routing: rank 0 has %s, rank %d %s; set CECOLL_ROUTE, CECOLL_ROUTE_BYTES, NCCL_CTA_POLICY and the config's CTAPolicy alike on every rank",
+				policyText(all[0].policy), r, policyText(all[r].policy))
+		}
+		if all[r].lib != all[0].lib {
+			return nil, result.Errorf(result.InvalidUsage, "ranks disagree on the real library: rank 0 has %s, rank %d %s",
+				libText(all[0].lib), r, libText(all[r].lib))
+		}
+	}
+	for r := range all {
+		if all[r].host != all[0].host {
+			c.spans = true
+		}
+	}
+	return all, nil
+}
+
+func policyText(b []byte) string {
+	if len(b) != 10 {
+		return "an unknown policy"
+	}
+	p := forward.Policy{Route: forward.Route(b[0]), Bytes: binary.LittleEndian.Uint64(b[1:]), ZeroCTA: b[9] == 1}
+	return p.String()
+}
+
+func libText(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// pairUp gives c its real communicator, collectively (every rank calls it
+// once at init, after the engine). root is rank 0's initInfo.
+func (c *Comm) pairUp(root initInfo) error {
+	var h forward.Handle
+	var rerr error
+	switch c.mode {
+	case pairByID:
+		if len(root.realID) != forward.IDBytes {
+			rerr = fmt.Errorf("rank 0 could not make the real unique id: %s", root.idErr)
+			break
+		}
+		h, rerr = c.lib.InitRank(c.size, (*[forward.IDBytes]byte)(root.realID), c.rank, c.cfg.Raw)
+	case pairGiven:
+		h, rerr, c.given = c.given, c.givenErr, 0
+	}
+	if rerr == nil && h != 0 {
+		rerr = c.waitReal(h)
+	}
+	if rerr == nil && h == 0 {
+		rerr = fmt.Errorf("it gave no communicator")
+	}
+	bad, text, err := c.agree(rerr)
+	if err != nil {
+		c.dropReal(h)
+		return err
+	}
+	if bad >= 0 {
+		c.dropReal(h)
+		c.realWhy = fmt.Sprintf("the real library (%s) refused this communicator on rank %d: %s", c.lib.Name(), bad, text)
+		if c.spans {
+			return result.Errorf(result.InvalidUsage, "%s; its ranks are on several hosts, which copy engines do not reach", c.realWhy)
+		}
+		if c.rank == 0 {
+			log.Warnf("comm %#x: %s; it runs AllGather, AlltoAll, Scatter and Gather on copy engines and refuses what it would forward", c.w.key, c.realWhy)
+		}
+		return nil
+	}
+	c.setReal(h)
+	log.Infof("comm %#x rank %d paired with %s communicator %#x (%v, spans hosts: %v)", c.w.key, c.rank, c.lib.Name(), uintptr(h), c.policy, c.spans)
+	return nil
+}
+
+// agree tells every rank whether the real library did its part here
+// (local: its error, nil when it did) and returns the first rank where it
+// did not (-1: none) with that rank's error text: every rank then acts
+// alike.
+func (c *Comm) agree(local error) (bad int, text string, err error) {
+	var e enc
+	if local == nil {
+		e.u32(1)
+		e.str("")
+	} else {
+		e.u32(0)
+		e.str(local.Error())
+	}
+	all, err := c.boot.AllGather(e.b)
+	if err != nil {
+		return -1, "", err
+	}
+	for r, p := range all {
+		d := dec{b: p}
+		if ok, text := d.u32(), d.strMax(maxText, "failure text"); d.end() != nil || ok != 1 {
+			return r, clean(text), nil
+		}
+	}
+	return -1, "", nil
+}
+
+// dropReal aborts a real communicator that will not be paired.
+func (c *Comm) dropReal(h forward.Handle) {
+	if h != 0 {
+		if err := c.lib.Abort(h); err != nil {
+			log.Warnf("rank %d: aborting the unpaired real communicator: %v", c.rank, err)
+		}
+	}
+}
+
+// waitReal waits for a real communicator made non-blocking
+// (config.blocking = 0) to finish its init: cecoll completes a
+// communicator before it returns, and the pairing is agreed at init.
+func (c *Comm) waitReal(h forward.Handle) error {
+	deadline := time.Now().Add(bootTimeout())
+	for {
+		err := c.lib.AsyncError(h)
+		if err == nil || result.Of(err) != result.InProgress {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return result.Errorf(result.RemoteError, "the real communicator was still initialising after %v", bootTimeout())
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// ForwardRefusal is the error of a call c would forward but cannot: it owns
+// no real communicator. why is what cecoll would say without a real library.
+func (c *Comm) ForwardRefusal(call, why string) error {
+	switch {
+	case c.state() == stInit:
+		return result.Errorf(result.InvalidUsage, "%s: the communicator is still being created (its ncclGroupEnd has not run)", call)
+	case c.lib == nil:
+		return result.Errorf(result.InvalidUsage, "%s: %s; no real NCCL or RCCL is loaded to forward it to (CECOLL_NCCL_LIB)", call, why)
+	case c.realWhy != "":
+		return result.Errorf(result.InvalidUsage, "%s: %s, and this communicator has no real one to forward it to: %s", call, why, c.realWhy)
+	}
+	return c.usable(call)
+}
+
+// RouteCE decides where one of the four collectives goes: true for the copy
+// engines, false for the real communicator c owns. It reads only what every
+// rank agreed on (the policy, the pairing, the windows) and the call's
+// arguments (cta: its ncclCollConfig_t's CTA policy, -1 if none), so every
+// rank decides alike, and it allocates nothing.
+func (c *Comm) RouteCE(fn ce.Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
+	if c.lib == nil || c.state() != stReady {
+		return true // CE only, or cecoll's own refusal
+	}
+	elt := DatatypeSize(dt)
+	bytes := uint64(count) * uint64(elt)
+	if c.Real() == 0 {
+		forward.Note(int(fn), fn.String(), bytes, true, forward.WhyNoReal)
+		return true
+	}
+	if c.spans {
+		forward.Note(int(fn), fn.String(), bytes, false, forward.WhyNodes)
+		return false
+	}
+	buf, size := recv, uintptr(bytes)
+	switch fn {
+	case ce.FuncAllGather, ce.FuncAlltoAll:
+		size *= uintptr(c.size)
+	case ce.FuncGather:
+		buf = send
+	}
+	_, inWin := c.FindWindow(buf, size)
+	way, why := c.policy.CE(forward.Call{Bytes: bytes, InWindow: inWin && elt != 0, ZeroCTA: cta >= 0 && cta&forward.CTAPolicyZero != 0})
+	forward.Note(int(fn), fn.String(), bytes, way, why)
+	return way
+}
+
+// groupReal opens or closes the real library's group with cecoll's, on the
+// calling thread.
+func groupReal(start bool) error {
+	lib, _ := forward.Current()
+	if lib == nil {
+		return nil
+	}
+	if start {
+		return lib.GroupStart()
+	}
+	return lib.GroupEnd()
+}
+
+// currentLib is the process's real library for a new communicator, or
+// the error that made loading it fail.
+func currentLib() (forward.Lib, pairMode, error) {
+	lib, err := forward.Current()
+	if err != nil {
+		return nil, pairNone, err
+	}
+	if lib == nil {
+		return nil, pairNone, nil
+	}
+	return lib, pairByID, nil
+}
+
+// rawConfig is the ncclConfig_t to hand the real library for a call
+// whose config pointer was p: the caller's own bytes, nil for none.
+func rawConfig(p unsafe.Pointer) []byte {
+	if p == nil {
+		return nil
+	}
+	cfg, err := ConfigFromC(p)
+	if err != nil {
+		return nil
+	}
+	return cfg.Raw
+}
