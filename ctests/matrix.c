@@ -1318,7 +1318,10 @@ static int coordinator(const cell* c, const char* name) {
   mp_child ch[MAXN];
   char phases[MAXN][200];
   char hex[MP_ID_HEX], targ[16], karg[16], garg[16], carg[32], parg[MAXN][12];
-  char env_boot[] = "CECOLL_BOOTSTRAP_TIMEOUT=10";
+  /* 10 s unless the caller chose: long enough for any rank to start here,
+   * short enough that a cell that cannot form fails before its watchdog. */
+  const char* boot = getenv("CECOLL_BOOTSTRAP_TIMEOUT");
+  char env_boot[64];
   char* env[] = {env_boot, NULL};
   ncclUniqueId id;
   cell_result* cr = (cell_result*)calloc(1, sizeof *cr);
@@ -1326,6 +1329,7 @@ static int coordinator(const cell* c, const char* name) {
   char detail[600];
   int v;
   REQUIRE(cr != NULL);
+  snprintf(env_boot, sizeof env_boot, "CECOLL_BOOTSTRAP_TIMEOUT=%s", boot && *boot ? boot : "10");
   set_watchdog(opt.watchdog + 5); /* a backstop: its own deadline comes first */
   print_backend(name);
   cr->n = n;

@@ -2,8 +2,8 @@
 # dropin.sh: issue 18's H200 checks of forward mode, under torch, on the
 # device machine (no Go there): run from the repository root with build/
 # carried, built beforehand with `make all dropin` (build/libcecoll.so and
-# build/dropin/libnccl.so.2). UNTESTED: written without a GPU; the first
-# run on the H200 is its test.
+# build/dropin/libnccl.so.2). First run on the H200 in the ninth session
+# (docs/measurements.md).
 #
 #   run(command="bash lab/h200/dropin.sh", carry=["build"])
 #
@@ -20,7 +20,9 @@
 #             all take the copy engines)
 #   dropin    the same with build/dropin first on LD_LIBRARY_PATH (cecoll as
 #             libnccl.so.2); the probe records which libnccl the process
-#             mapped: torch wheels that load NCCL by full path bypass it
+#             mapped: torch's DT_RPATH names the wheel's, which wins
+#   dropinpre the same with build/dropin/libnccl.so.2 preloaded: its SONAME
+#             stands for libnccl.so.2, and it finds the wheel's itself
 #   twoproc   two processes on the one GPU, preloaded: NCCL refuses the
 #             layout ("Duplicate GPU"), the communicator stays CE-only,
 #             all_gather_into_tensor and all_to_all_single must work,
@@ -43,7 +45,7 @@ dir="$OUT/dropin"
 rm -rf "$dir"
 mkdir -p "$dir"
 PYTHON=${PYTHON:-python3}
-STEPS=${DROPIN_STEPS:-env base preload ce dropin twoproc}
+STEPS=${DROPIN_STEPS:-env base preload ce dropin dropinpre twoproc}
 STEP_TO=${STEP_TO:-120}
 lib="$root/build/libcecoll.so"
 dropin="$root/build/dropin"
@@ -230,6 +232,9 @@ step base -- single
 step preload "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO -- single
 step ce "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO CECOLL_ROUTE=ce -- single
 step dropin "LD_LIBRARY_PATH=$dropin:${LD_LIBRARY_PATH:-}" CECOLL_DEBUG=INFO -- single
+# torch's libtorch_cuda.so names the wheel's NCCL in its DT_RPATH, which the
+# loader searches before LD_LIBRARY_PATH: the drop-in reaches torch preloaded.
+step dropinpre "LD_PRELOAD=$dropin/libnccl.so.2" CECOLL_DEBUG=INFO -- single
 step twoproc "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO -- twoproc
 
 say "== expected: base/preload/ce/dropin every op ok; ce: route lines to copy engines for all four sizes;"
