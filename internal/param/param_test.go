@@ -227,7 +227,7 @@ func TestParse(t *testing.T) {
 
 func TestAll(t *testing.T) {
 	seen := map[string]bool{}
-	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true}
+	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true, "CUDA_MPS_PIPE_DIRECTORY": true}
 	for _, info := range All() {
 		require.False(t, seen[info.Name], "%s declared twice", info.Name)
 		seen[info.Name] = true

@@ -1,12 +1,17 @@
 package nvidia
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -53,7 +58,7 @@ func Open() (*Runtime, error) { return openOnce() }
 
 // openPath is Open for an explicit library path (tests load fakes with it).
 func openPath(path string) (*Runtime, error) {
-	userConns, userSet := raiseConnections()
+	userConns, userSet, raised := raiseConnections()
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), path) {
@@ -99,7 +104,7 @@ func openPath(path string) (*Runtime, error) {
 		SplitWaitReset: false,
 		StreamMemOps:   r.version >= 12050,
 		PageableBlocks: true,
-		StreamQueues:   streamQueues(userConns, userSet, preInit),
+		StreamQueues:   streamQueues(userConns, userSet, raised && !preInit),
 	}
 	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
 		r.caps.StreamQueues, param.CUDADeviceMaxConnections.Name(), userConns, preInit)
@@ -201,6 +206,13 @@ func (r *Runtime) primary(dev int) (uintptr, error) {
 	var c uintptr
 	res, _, _ := purego.SyscallN(r.fn.primaryCtxRetain, uintptr(unsafe.Pointer(&c)), uintptr(dev))
 	if err := rc(res); err != nil {
+		if d := mpsDaemon(); d != "" {
+			if errors.Is(err, hip.Error(mpsMaxClientsReached)) {
+				return 0, fmt.Errorf("device %d's context: the MPS server of %s serves as many clients as it can: %w", dev, d, err)
+			}
+			return 0, fmt.Errorf("device %d's context (an MPS client of %s; its clients share one pool of hardware queues, and %s=%q asks for that many each): %w",
+				dev, d, param.CUDADeviceMaxConnections.Name(), param.CUDADeviceMaxConnections.Get(), err)
+		}
 		return 0, err
 	}
 	r.ctx[dev] = c
@@ -638,32 +650,68 @@ const (
 // wait-value during a flag sync; once the parked streams fill the
 // context's queues, every other stream of the process stalls, a peer's
 // releasing write included, and the GPU deadlocks (docs/measurements.md,
-// on the H200: 7 parked streams of 8 queues stall nothing, 8 stall all;
-// with 32 queues, 31 and 32). The variable only counts if set before the
-// driver's cuInit; streamQueues says what holds. It returns the variable as
-// the user left it (blank counts as unset).
-func raiseConnections() (v string, set bool) {
+// "parked streams"). Under MPS the clients of a server share one pool of
+// queues, and 32 per client exhausts it after a few clients (their
+// contexts fail with out of memory: docs/measurements.md, "MPS"), so with
+// an MPS daemon running the driver's default stays. The variable only
+// counts if set before the driver's cuInit; streamQueues says what holds.
+// It returns the variable as the user left it (blank counts as unset), and
+// whether cecoll raised it.
+func raiseConnections() (v string, set, raised bool) {
 	p := param.CUDADeviceMaxConnections
 	v, set = p.Get(), p.IsSet()
-	if !set {
+	switch {
+	case set:
+		log.Infof("nvidia: %s=%s (from the environment)", p.Name(), v)
+	case mpsDaemon() != "":
+		log.Infof("nvidia: %s left at the driver's default %d: an MPS control daemon listens at %s, and MPS clients share one pool of queues",
+			p.Name(), defaultConnections, mpsDaemon())
+	default:
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
 		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
 		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
-		return v, set
+		raised = true
 	}
-	log.Infof("nvidia: %s=%s (from the environment)", p.Name(), v)
-	return v, set
+	return v, set, raised
 }
+
+// mpsDaemon is the path of the MPS control daemon's socket, the one the
+// driver connects to at cuInit, or "" when none listens there (a daemon
+// that quit leaves its socket file behind).
+func mpsDaemon() string {
+	dir := param.CUDAMPSPipeDirectory.Get()
+	if !param.CUDAMPSPipeDirectory.IsSet() {
+		dir = defaultMPSPipeDirectory
+	}
+	path := filepath.Join(dir, "control")
+	c, err := net.DialTimeout("unix", path, 100*time.Millisecond)
+	if err == nil {
+		c.Close()
+		return path
+	}
+	// Only a missing file or a refused connection means no daemon: its
+	// socket may be of another type than the stream this dial asks for.
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return ""
+	}
+	return path
+}
+
+// CUDA_ERROR_MPS_MAX_CLIENTS_REACHED.
+const mpsMaxClientsReached = 808
+
+// defaultMPSPipeDirectory is MPS's CUDA_MPS_PIPE_DIRECTORY when unset.
+const defaultMPSPipeDirectory = "/tmp/nvidia-mps"
 
 // streamQueues is Caps.StreamQueues: the hardware queues the process's
 // contexts have. v, set: the variable as the process started (before
-// raiseConnections); preInit: the driver was initialised before cecoll.
-// As measured on the H200 (chanpark), the driver reads the variable at
-// cuInit, not when it makes a context, caps it at 32 and keeps its default
-// 8 for 0 or a word. So a value the user set counts; else cecoll's 32,
-// unless the driver was initialised before cecoll set it: then the 8.
-func streamQueues(v string, set, preInit bool) int {
+// raiseConnections); raised: cecoll set it before the driver's first
+// cuInit. As measured on the H200 (chanpark), the driver reads the
+// variable at cuInit, not when it makes a context, caps it at 32 and keeps
+// its default 8 for 0 or a word. So a value the user set counts; else
+// cecoll's 32 where it raised it in time; else the 8.
+func streamQueues(v string, set, raised bool) int {
 	if set {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 {
@@ -671,8 +719,8 @@ func streamQueues(v string, set, preInit bool) int {
 		}
 		return min(n, maxConnections)
 	}
-	if preInit {
-		return defaultConnections
+	if raised {
+		return maxConnections
 	}
-	return maxConnections
+	return defaultConnections
 }

@@ -1,7 +1,9 @@
 package nvidia
 
 import (
+	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -113,23 +115,68 @@ func TestMulticastNeverSupported(t *testing.T) {
 }
 
 // TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
-// reads it (measured on the H200: docs/measurements.md), else cecoll's 32 unless
-// the driver was initialised before cecoll set the variable.
+// reads it (measured on the H200: docs/measurements.md), else cecoll's 32
+// where it raised the variable before the driver's cuInit, else the 8.
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {
-		v         string
-		set, init bool
-		want      int
+		v           string
+		set, raised bool
+		want        int
 	}{
-		{"", false, false, 32},
-		{"", false, true, 8},
+		{"", false, true, 32},
+		{"", false, false, 8}, // MPS, or the driver initialised first
 		{"16", true, false, 16},
-		{" 4 ", true, true, 4},
+		{" 4 ", true, false, 4},
 		{"64", true, false, 32},
 		{"0", true, false, 8},
 		{"-3", true, false, 8},
 		{"many", true, false, 8},
 	} {
-		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.init), "%+v", tc)
+		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.raised), "%+v", tc)
 	}
+}
+
+// TestRaiseConnectionsMPS: with an MPS control daemon's socket in
+// CUDA_MPS_PIPE_DIRECTORY, cecoll leaves CUDA_DEVICE_MAX_CONNECTIONS unset
+// (32 per client exhausted the MPS server's pool); without one it raises
+// it to 32; a value the user set stays either way.
+func TestRaiseConnectionsMPS(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", dir)
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
+	_, set, raised := raiseConnections()
+	require.False(t, set)
+	require.True(t, raised, "no daemon: raised")
+	require.Equal(t, "32", os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+
+	// A socket of another type than a stream (MPS's may be one) counts.
+	pk, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "control"), Net: "unixgram"})
+	require.NoError(t, err)
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
+	_, _, raised = raiseConnections()
+	require.False(t, raised, "a datagram socket: a daemon")
+	pk.Close()
+	require.NoError(t, os.Remove(filepath.Join(dir, "control")))
+
+	ln, err := net.Listen("unix", filepath.Join(dir, "control"))
+	require.NoError(t, err)
+	defer ln.Close()
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
+	_, set, raised = raiseConnections()
+	require.False(t, set || raised, "MPS: the driver's default stays")
+	require.Equal(t, "", os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+	require.Equal(t, 8, streamQueues("", false, raised))
+
+	// A daemon that quit leaves its socket file: no daemon.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
+	_, _, raised = raiseConnections()
+	require.True(t, raised, "a stale socket is no daemon")
+
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16")
+	v, set, raised2 := raiseConnections()
+	require.True(t, set)
+	require.False(t, raised2)
+	require.Equal(t, "16", v)
 }
