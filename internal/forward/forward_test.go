@@ -111,6 +111,18 @@ func TestLoadOrder(t *testing.T) {
 		require.Equal(t, "linked", lib.Name())
 		require.Empty(t, l.opened)
 	})
+	t.Run("preloaded, the real one loaded in a local scope (torch): that one", func(t *testing.T) {
+		ce := touch(t, filepath.Join(dir, "build", "libcecoll.so"))
+		alias := filepath.Join(dir, "alias2", "libnccl.so.2")
+		require.NoError(t, os.MkdirAll(filepath.Dir(alias), 0o755))
+		require.NoError(t, os.Symlink(ce, alias))
+		l := &fakeLoader{self: ce, objects: []string{"/usr/lib/libc.so.6", ce, alias, torchObj, torch},
+			good: map[string]bool{torch: true, ce: true, alias: true}}
+		lib, err := loadWith(t, l)
+		require.NoError(t, err)
+		require.Equal(t, torch, lib.Name())
+		require.Equal(t, []string{torch}, l.opened, "cecoll's own file, under any name, is skipped")
+	})
 	t.Run("linked as libcecoll: copy engines only", func(t *testing.T) {
 		l := &fakeLoader{self: filepath.Join(dir, "libcecoll.so"), good: map[string]bool{real: true}}
 		t.Setenv("LD_LIBRARY_PATH", filepath.Dir(real))

@@ -32,7 +32,9 @@ type Loader interface {
 //  1. CECOLL_NCCL_LIB (a path; failing to load it is an error for every
 //     communicator, never a quiet fallback);
 //  2. the library after cecoll in the lookup order: cecoll preloaded in
-//     front of the NCCL or RCCL the program linked;
+//     front of the NCCL or RCCL the program linked; else a loaded object
+//     named libnccl.so.* or librccl.so.* that is not cecoll (the program
+//     loaded it in a local scope, as torch does);
 //  3. where cecoll's own file is libnccl.so.* or librccl.so.* (installed
 //     in place of the real library), a file of that name on the
 //     loader's path (LD_LIBRARY_PATH, then the system's directories) and
@@ -70,6 +72,20 @@ func find(l Loader) (Lib, error) {
 		return lib, nil
 	}
 	self := l.Self()
+	// Loaded, but not after cecoll in the lookup order: the program loaded
+	// it in a scope of its own (torch's Python extension brings
+	// libtorch_cuda.so, and with it libnccl.so.2, in RTLD_LOCAL), while
+	// cecoll, preloaded, still takes its calls.
+	for _, path := range l.Objects() {
+		if InPlaceName(filepath.Base(path)) == "" || sameFile(path, self) {
+			continue
+		}
+		lib, err := l.Open(path)
+		if err != nil {
+			return nil, result.Errorf(result.SystemError, "the loaded %s: %w", path, err)
+		}
+		return lib, nil
+	}
 	name := InPlaceName(filepath.Base(self))
 	if name == "" {
 		return nil, nil
