@@ -342,7 +342,7 @@ func (c *Comm) runInit() error {
 	}
 	c.st.Store(int32(stReady))
 	watchAdd(c)
-	log.Infof("comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
+	log.Infof(log.Init, "comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
 	return nil
 }
 

@@ -122,7 +122,7 @@ func (b *tcpBoot) dial() error {
 			return result.Errorf(result.RemoteError, "bootstrap: rank %d: the root %v dropped %d connections before answering within %v (CECOLL_BOOTSTRAP_TIMEOUT): is the unique id from the root's current process, or is the root flooded? last: %v",
 				b.rank, b.addr, drops, b.timeout, dr.err)
 		}
-		log.Infof("bootstrap: rank %d: the root %v dropped the connection (%v); retrying in %v", b.rank, b.addr, dr.err, delay)
+		log.Infof(log.Bootstrap, "bootstrap: rank %d: the root %v dropped the connection (%v); retrying in %v", b.rank, b.addr, dr.err, delay)
 		time.Sleep(delay)
 		delay = min(2*delay, 250*time.Millisecond)
 	}
@@ -372,7 +372,7 @@ func (b *tcpBoot) Abort(err error) {
 		return
 	}
 	if b.send(frAbort, failPayload(err)) != nil {
-		log.Infof("bootstrap: rank %d: abort not delivered to the root (not connected)", b.rank)
+		log.Infof(log.Bootstrap, "bootstrap: rank %d: abort not delivered to the root (not connected)", b.rank)
 	}
 }
 

@@ -58,7 +58,7 @@ func startRoot() (net.Listener, error) {
 		}
 		root.ln = ln
 		root.gate = newGate("bootstrap root")
-		log.Infof("bootstrap root listening on %v", ln.Addr())
+		log.Infof(log.Bootstrap, "bootstrap root listening on %v", ln.Addr())
 		go root.gate.serve(ln, serveConn)
 	})
 	return root.ln, root.err

@@ -10,6 +10,14 @@
 //
 // No other package calls os.Getenv for a setting (a test walks the tree).
 //
+// # NCCL's twins
+//
+// Where NCCL has a variable for the same thing (NCCL_DEBUG, NCCL_DEBUG_SUBSYS,
+// NCCL_DEBUG_FILE, NCCL_SOCKET_IFNAME), both are declared here and the
+// relation once (orElse): Get reads the CECOLL_ variable, and its NCCL_
+// twin, with NCCL's meaning, only when the CECOLL_ one is blank; From says
+// which answered.
+//
 // # Values
 //
 // Get looks the variable up (a map read, no allocation) and parses its text
@@ -28,9 +36,10 @@
 //
 // # Warnings and the log
 //
-// internal/log reads CECOLL_DEBUG and CECOLL_DEBUG_FILE from here, so this
-// package cannot import it. Warnings go to stderr until the log is set up;
-// log's setup then routes them through the log (SetWarn). The export layer
+// internal/log reads CECOLL_DEBUG, CECOLL_DEBUG_SUBSYS and CECOLL_DEBUG_FILE
+// (and their twins) from here, so this package cannot import it. Warnings
+// go to stderr until the log is set up; log's setup then routes them
+// through the log (SetWarn). The export layer
 // sets the log up right after copying the environment, so in the library
 // only a bad CECOLL_DEBUG itself warns on plain stderr.
 package param

@@ -132,18 +132,42 @@ func (p *Param[T]) Default() T { return p.def }
 // variable with a fallback, the fallback's value) or does not parse.
 func (p *Param[T]) Get() T {
 	r := p.read()
-	if r.blank && p.fallback != nil {
+	if r.blank && p.falls() {
 		return p.fallback.Get()
 	}
 	return r.val
 }
 
+// falls reports whether a blank value stands for the fallback's.
+func (p *Param[T]) falls() bool {
+	return p.fallback != nil
+}
+
+// From names the variable whose text Get's value came from: this one, its
+// fallback, or "" for the default (of a blank or bad value).
+func (p *Param[T]) From() string {
+	r := p.read()
+	switch {
+	case r.blank && p.falls():
+		return p.fallback.From()
+	case r.blank || r.err != nil:
+		return ""
+	}
+	return p.info.Name
+}
+
 // IsSet reports whether the variable holds a non-blank value (good or bad).
 func (p *Param[T]) IsSet() bool { return !p.read().blank }
 
-// Err returns why the variable's value was not taken (Get returned the
-// default), or nil.
-func (p *Param[T]) Err() error { return p.read().err }
+// Err returns why the value Get returns was not taken from the text (Get
+// returned the default), or nil; for a blank variable, its fallback's.
+func (p *Param[T]) Err() error {
+	r := p.read()
+	if r.blank && p.falls() {
+		return p.fallback.Err()
+	}
+	return r.err
+}
 
 // Parse parses s as the variable would be: blank gives the default. The
 // error names the variable and the value.
@@ -192,6 +216,12 @@ func (p *Param[T]) strictly() *Param[T] {
 // orElse makes Get read f when this variable is blank.
 func (p *Param[T]) orElse(f *Param[T]) *Param[T] {
 	p.fallback = f
+	return p
+}
+
+// shown sets the default as the documentation writes it.
+func (p *Param[T]) shown(text string) *Param[T] {
+	p.info.Default = text
 	return p
 }
 
@@ -396,6 +426,50 @@ func newList(name string, class Class, choices []string, doc string) *Param[[]st
 				words = append(words, w)
 			}
 			return words, nil
+		},
+	})
+}
+
+// newMask is a comma list of names (any case) made into a bit mask, bit
+// i for names[i], as NCCL reads NCCL_DEBUG_SUBSYS: ALL names every bit,
+// and a leading ^ starts from every bit and clears the names. The
+// default is every bit.
+func newMask(name string, class Class, names []string, doc string) *Param[uint64] {
+	all := uint64(1)<<len(names) - 1
+	return register(&Param[uint64]{
+		info: Info{Name: name, Class: class, Default: "ALL", Accepts: "comma list of " + strings.Join(names, ", ") + ", ALL; a leading ^ excludes them",
+			Choices: names, Doc: doc},
+		def: all,
+		parse: func(s string) (uint64, error) {
+			var mask uint64
+			invert := strings.HasPrefix(s, "^")
+			if invert {
+				s, mask = s[1:], all
+			}
+			for _, w := range strings.Split(s, ",") {
+				w = strings.TrimSpace(w)
+				if w == "" {
+					continue
+				}
+				bit := uint64(0)
+				if strings.EqualFold(w, "ALL") {
+					bit = all
+				}
+				for i, n := range names {
+					if strings.EqualFold(w, n) {
+						bit = 1 << i
+					}
+				}
+				if bit == 0 {
+					return all, fmt.Errorf("unknown name %q (known: %s, ALL)", w, strings.Join(names, ", "))
+				}
+				if invert {
+					mask &^= bit
+				} else {
+					mask |= bit
+				}
+			}
+			return mask, nil
 		},
 	})
 }

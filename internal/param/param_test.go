@@ -73,6 +73,9 @@ func TestBadValues(t *testing.T) {
 		{of(FlagWrite), "fast"},
 		{of(Sync), "ring"},
 		{of(Debug), "LOUD"},
+		{of(Debug), "ABORT"},
+		{of(NCCLDebug), "LOUD"},
+		{of(DebugSubsys), "INIT,WARP"},
 		{of(Events), "off"},
 		{of(Check), "yes"},
 		{of(CheckPointers), "2"},
@@ -128,6 +131,13 @@ func TestGoodValues(t *testing.T) {
 		{of(HostInline), "0", false},
 		{of(HostCaps), "noattrs, HIPBATCHES,,", []string{"noattrs", "hipbatches"}},
 		{of(DebugFile), " /tmp/x-%p.log ", "/tmp/x-%p.log"},
+		{of(Debug), "version", "VERSION"},
+		{of(NCCLDebug), "Trace", "TRACE"},
+		{of(DebugSubsys), "INIT,COLL", uint64(1 | 2)},
+		{of(DebugSubsys), "all", uint64(1<<16 - 1)},
+		{of(NCCLDebugSubsys), "^COLL, env", uint64((1<<16 - 1) &^ (2 | 1<<7))},
+		{of(NCCLDebugSubsys), "^", uint64(1<<16 - 1)},
+		{of(NCCLDebugSubsys), "ras,PROFILE", uint64(1<<15 | 1<<14)},
 		{of(CUDADeviceMaxConnections), "16", "16"},
 	} {
 		name := tc.p.p.Info().Name
@@ -214,6 +224,48 @@ func TestSocketIfnameFallback(t *testing.T) {
 	require.Equal(t, "^docker", SocketIfname.Get())
 }
 
+// Each CECOLL_ variable reads its NCCL_ twin when blank, and wins when
+// set, bad values included; From names the variable that answered.
+func TestTwins(t *testing.T) {
+	for _, tc := range []struct {
+		own, nccl get
+		text      string // a good text for both
+		want      any    // its value
+	}{
+		{of(Debug), of(NCCLDebug), "info", "INFO"},
+		{of(DebugSubsys), of(NCCLDebugSubsys), "COLL", uint64(2)},
+		{of(DebugFile), of(NCCLDebugFile), "/tmp/n.log", "/tmp/n.log"},
+		{of(SocketIfname), of(NCCLSocketIfname), "eth", "eth"},
+	} {
+		own, nccl := tc.own.p.Info().Name, tc.nccl.p.Info().Name
+		t.Run(own, func(t *testing.T) {
+			warnings := captureWarn(t)
+			from := func() string { return tc.own.p.(interface{ From() string }).From() }
+			t.Setenv(own, "")
+			t.Setenv(nccl, "")
+			require.Equal(t, tc.own.def, tc.own.get())
+			require.Equal(t, "", from())
+			t.Setenv(nccl, tc.text)
+			require.Equal(t, tc.want, tc.own.get(), "%s blank: %s's value", own, nccl)
+			require.Equal(t, nccl, from())
+			other := map[string]string{"info": "TRACE", "COLL": "REG", "/tmp/n.log": "/tmp/c.log", "eth": "ib"}[tc.text]
+			t.Setenv(own, other)
+			require.NotEqual(t, tc.want, tc.own.get(), "%s set: its value", own)
+			require.Equal(t, own, from())
+			t.Setenv(own, "bad value ^")
+			got := tc.own.get()
+			if tc.own.err() != nil {
+				require.Equal(t, tc.own.def, got, "%s bad: its default, not %s", own, nccl)
+				require.Equal(t, "", from())
+				require.ErrorContains(t, tc.own.err(), own+"=")
+				if !tc.own.p.Info().Strict {
+					require.Len(t, warnings(), 1)
+				}
+			}
+		})
+	}
+}
+
 func TestParse(t *testing.T) {
 	v, err := Sync.Parse("ALLPAIRS")
 	require.NoError(t, err)
@@ -227,7 +279,8 @@ func TestParse(t *testing.T) {
 
 func TestAll(t *testing.T) {
 	seen := map[string]bool{}
-	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true}
+	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true,
+		"NCCL_DEBUG": true, "NCCL_DEBUG_SUBSYS": true, "NCCL_DEBUG_FILE": true}
 	for _, info := range All() {
 		require.False(t, seen[info.Name], "%s declared twice", info.Name)
 		seen[info.Name] = true

@@ -5,16 +5,36 @@ import (
 	"time"
 )
 
+// The words of the log's variables.
+var (
+	debugLevels = []string{"NONE", "VERSION", "WARN", "INFO", "TRACE"}
+	// NCCL's subsystem names, in internal/log's bit order; cecoll logs
+	// INIT, COLL, ENV, BOOTSTRAP and REG, and takes the others so that an
+	// NCCL setting is never refused.
+	debugSubsystems = []string{"INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
+		"PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS"}
+)
+
 // Every environment variable cecoll reads, once each. README's tables and
 // docs/tuning.md follow these declarations (docs_test.go checks them).
 var (
 	// Backend is read by internal/hip/backend, which refuses a bad value.
 	Backend = newChoice("CECOLL_BACKEND", User, "auto", []string{"auto", "nvidia", "amd", "host"},
 		"device runtime: auto (the first GPU backend that loads, else the host device), nvidia, amd or host").strictly()
-	Debug = newChoice("CECOLL_DEBUG", User, "WARN", []string{"NONE", "WARN", "INFO", "TRACE"},
-		"log level: NONE, WARN, INFO (set-up decisions, the path each call took) or TRACE")
-	DebugFile = newString("CECOLL_DEBUG_FILE", User, "stderr", "a path",
-		"log file instead of stderr; %h becomes the host name, %p the pid")
+	// The log's (internal/log). Each CECOLL_ variable reads its NCCL twin
+	// when blank, with NCCL's meaning.
+	NCCLDebug = newChoice("NCCL_DEBUG", User, "WARN", debugLevels,
+		"NCCL's name for CECOLL_DEBUG, read when that is blank")
+	Debug = newChoice("CECOLL_DEBUG", User, "WARN", debugLevels,
+		"log level: NONE, VERSION (the version banner only), WARN, INFO (set-up decisions, the path each call took) or TRACE").orElse(NCCLDebug)
+	NCCLDebugSubsys = newMask("NCCL_DEBUG_SUBSYS", User, debugSubsystems,
+		"NCCL's name for CECOLL_DEBUG_SUBSYS, read when that is blank")
+	DebugSubsys = newMask("CECOLL_DEBUG_SUBSYS", User, debugSubsystems,
+		"subsystems whose INFO and TRACE lines are logged (cecoll's: INIT, BOOTSTRAP, ENV, COLL, REG); unset: all, or NCCL's INIT,BOOTSTRAP,ENV when the level comes from NCCL_DEBUG").orElse(NCCLDebugSubsys)
+	NCCLDebugFile = newString("NCCL_DEBUG_FILE", User, "stderr", "as CECOLL_DEBUG_FILE",
+		"NCCL's name for CECOLL_DEBUG_FILE, read when that is blank; a real NCCL writing the same file shares it")
+	DebugFile = newString("CECOLL_DEBUG_FILE", User, "stderr", "a path; %h host name, %p pid, %% a %",
+		"log file instead of stderr, opened for appending; %h becomes the host name, %p the pid").orElse(NCCLDebugFile)
 
 	// The engine's (internal/ce). Every rank of a communicator must see the
 	// same values: they decide how many flag syncs a call makes.

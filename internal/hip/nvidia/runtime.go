@@ -101,7 +101,7 @@ func openPath(path string) (*Runtime, error) {
 		PageableBlocks: true,
 		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
-	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
+	log.Infof(log.Init, "nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
 		r.caps.StreamQueues, param.CUDADeviceMaxConnections.Name(), userConns, preInit)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
@@ -649,10 +649,10 @@ func raiseConnections() (v string, set bool) {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
 		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
-		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
+		log.Infof(log.Init, "nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
 		return v, set
 	}
-	log.Infof("nvidia: %s=%s (from the environment)", p.Name(), v)
+	log.Infof(log.Init, "nvidia: %s=%s (from the environment)", p.Name(), v)
 	return v, set
 }
 
