@@ -52,8 +52,7 @@ var openOnce = sync.OnceValues(func() (*Runtime, error) { return openPath(libNam
 func Open() (*Runtime, error) { return openOnce() }
 
 // openPath is Open for an explicit library path (tests load fakes with it).
-func openPath(path string) (*Runtime, error) {
-	userConns, userSet := raiseConnections()
+func openPath(path string) (rt *Runtime, err error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), path) {
@@ -67,6 +66,14 @@ func openPath(path string) (*Runtime, error) {
 	if err := r.fn.load(h); err != nil {
 		return nil, err
 	}
+	// Only once the driver loaded, so that a process that ends up on
+	// another backend keeps its environment (and its log) as it was.
+	userConns, userSet := raiseConnections()
+	defer func() {
+		if err != nil && !userSet {
+			os.Unsetenv(param.CUDADeviceMaxConnections.Name())
+		}
+	}()
 	// Before cuInit: has the process initialised the driver already? Then
 	// it may have created contexts before CUDA_DEVICE_MAX_CONNECTIONS was set.
 	var n0 int32
@@ -101,8 +108,12 @@ func openPath(path string) (*Runtime, error) {
 		PageableBlocks: true,
 		StreamQueues:   streamQueues(userConns, userSet, preInit),
 	}
-	log.Infof(log.Init, "nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
-		r.caps.StreamQueues, param.CUDADeviceMaxConnections.Name(), userConns, preInit)
+	how := fmt.Sprintf("%s=%q from the user", param.CUDADeviceMaxConnections.Name(), userConns)
+	if !userSet {
+		how = fmt.Sprintf("%s=%d set by cecoll", param.CUDADeviceMaxConnections.Name(), maxConnections)
+	}
+	log.Infof(log.Init, "nvidia: %d hardware queues per context assumed (%s; driver initialised before cecoll: %v)",
+		r.caps.StreamQueues, how, preInit)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
 		r.caps.BatchCopy, r.batchV2 = true, true
@@ -649,10 +660,7 @@ func raiseConnections() (v string, set bool) {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
 		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
-		log.Infof(log.Init, "nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
-		return v, set
 	}
-	log.Infof(log.Init, "nvidia: %s=%s (from the environment)", p.Name(), v)
 	return v, set
 }
 
