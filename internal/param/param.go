@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ type Param[T any] struct {
 	def      T
 	parse    func(string) (T, error) // gets trimmed, non-blank text
 	fallback *Param[T]               // read when this one is blank
+	// realOwns: the fallback (an NCCL_ variable) belongs to the real
+	// library while one is loaded (SetForwarding), and is then not read.
+	realOwns bool
 
 	mu     sync.Mutex // serialises parsing, so a warning is given once
 	warned bool
@@ -140,7 +144,7 @@ func (p *Param[T]) Get() T {
 
 // falls reports whether a blank value stands for the fallback's.
 func (p *Param[T]) falls() bool {
-	return p.fallback != nil
+	return p.fallback != nil && !(p.realOwns && forwarding.Load())
 }
 
 // From names the variable whose text Get's value came from: this one, its
@@ -219,11 +223,26 @@ func (p *Param[T]) orElse(f *Param[T]) *Param[T] {
 	return p
 }
 
+// unlessForwarding stops the fallback from standing in while a real NCCL
+// or RCCL is loaded: that NCCL_ variable is then the real library's.
+func (p *Param[T]) unlessForwarding() *Param[T] {
+	p.realOwns = true
+	return p
+}
+
 // shown sets the default as the documentation writes it.
 func (p *Param[T]) shown(text string) *Param[T] {
 	p.info.Default = text
 	return p
 }
+
+// forwarding: a real NCCL or RCCL is loaded (SetForwarding).
+var forwarding atomic.Bool
+
+// SetForwarding tells the registry whether a real NCCL or RCCL is loaded
+// (internal/forward, once, at the first call); the NCCL_ variables that
+// library owns then stop standing in for their CECOLL_ twins.
+func SetForwarding(on bool) { forwarding.Store(on) }
 
 // warnTo receives the warnings; nil: stderr.
 var warnTo atomic.Pointer[func(string)]
@@ -470,6 +489,24 @@ func newMask(name string, class Class, names []string, doc string) *Param[uint64
 				}
 			}
 			return mask, nil
+		},
+	})
+}
+
+// newAddress is a bootstrap address as NCCL_COMM_ID writes it:
+// host:port or [ipv6]:port, the host a name or a literal address.
+func newAddress(name string, class Class, doc string) *Param[string] {
+	return register(&Param[string]{
+		info: Info{Name: name, Class: class, Default: "unset", Accepts: "host:port or [ipv6]:port", Doc: doc},
+		parse: func(s string) (string, error) {
+			host, port, err := net.SplitHostPort(s)
+			if err != nil || host == "" || strings.ContainsAny(host, " \t/") {
+				return "", errors.New("want host:port or [ipv6]:port")
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+				return "", errors.New("want a port in 1..65535")
+			}
+			return s, nil
 		},
 	})
 }

@@ -13,6 +13,7 @@ var (
 	// NCCL setting is never refused.
 	debugSubsystems = []string{"INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
 		"PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS"}
+	socketFamilies = []string{"AF_INET", "AF_INET6"}
 )
 
 // Every environment variable cecoll reads, once each. README's tables and
@@ -68,6 +69,18 @@ var (
 		"NCCL's name for CECOLL_SOCKET_IFNAME, read when that is blank")
 	SocketIfname = newString("CECOLL_SOCKET_IFNAME", User, "loopback", "name prefixes, =name exact, ^ excludes; comma list",
 		"interface of the bootstrap listener; blank: NCCL_SOCKET_IFNAME, else loopback").orElse(NCCLSocketIfname)
+	NCCLSocketFamily = newChoice("NCCL_SOCKET_FAMILY", User, "", socketFamilies,
+		"NCCL's name for CECOLL_SOCKET_FAMILY, read when that is blank").shown("unset")
+	SocketFamily = newChoice("CECOLL_SOCKET_FAMILY", User, "", socketFamilies,
+		"address family of the bootstrap listener and of a host name in CECOLL_COMM_ID: AF_INET or AF_INET6; unset: IPv4 first").shown("unset").orElse(NCCLSocketFamily)
+	// NCCL_COMM_ID is the real library's while one is loaded: cecoll's
+	// bootstrap then reads only CECOLL_COMM_ID. A bad address fails
+	// ncclGetUniqueId (Err), as NCCL's: a random root instead would leave
+	// the processes waiting at the given one.
+	NCCLCommID = newAddress("NCCL_COMM_ID", User,
+		"NCCL's name for CECOLL_COMM_ID, read when that is blank and no real NCCL or RCCL is loaded").strictly()
+	CommID = newAddress("CECOLL_COMM_ID", User,
+		"the bootstrap root's address: ncclGetUniqueId names it in every process alike, and rank 0's init listens there").strictly().orElse(NCCLCommID).unlessForwarding()
 
 	// Forward mode (internal/forward): the real NCCL/RCCL behind cecoll, and
 	// which calls go to the copy engines. Every rank of a communicator must
