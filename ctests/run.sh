@@ -36,6 +36,9 @@
 # cecoll as libnccl.so.2 first on LD_LIBRARY_PATH (forward=dropin); then
 # forward=lib under chaos seeds 1-3 (the default environment only with
 # --fast: the three ways).
+# test_ncclenv (NCCL's environment: NCCL_DEBUG*, NCCL_COMM_ID, ...; its
+# children started with posix_spawn, built with mp_common.c) runs in the
+# default row only, with FAKE_NCCL naming the fake for its forward case.
 # Then the exported-symbol check (test_symbols.sh) and the CMake package
 # check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
@@ -49,6 +52,7 @@ CC=${CC:-gcc}
 TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
 tests="api errors env allgather alltoall scatter gather"
 mptests="multiproc" # own rows; also linked with mp_common.c
+envtests="ncclenv"  # the default row only; also linked with mp_common.c
 mode=all
 case "${1:-}" in
   --compile-only) mode=compile ;;
@@ -99,7 +103,7 @@ if [ "$mode" = compile ]; then
   else
     record "compile test_forward" FAIL ""
   fi
-  for t in $tests $mptests; do
+  for t in $tests $mptests $envtests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
       record "compile test_$t" PASS "syntax only"
     else
@@ -123,10 +127,10 @@ build() { # $1 test, $2 output dir, rest: extra flags
   local t=$1 dir=$2 extra=()
   shift 2
   mkdir -p "$dir"
-  case " $mptests " in *" $t "*) extra=("$here/mp_common.c") ;; esac
+  case " $mptests $envtests " in *" $t "*) extra=("$here/mp_common.c") ;; esac
   $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${extra[@]}" "${link[@]}" 2>"$dir/test_$t.build.log"
 }
-for t in $tests $mptests; do
+for t in $tests $mptests $envtests; do
   if build "$t" "$out"; then
     record "build test_$t" PASS ""
   else
@@ -245,6 +249,9 @@ for t in $tests; do
 done
 for t in $mptests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
+done
+for t in $envtests; do
+  run_one default "$t" "$out" CECOLL_TEST_ROW=default "FAKE_NCCL=$fake/libnccl.so.2" --
 done
 # Forward mode, the three ways in (see the top).
 fwd_env=(CECOLL_BACKEND=host CECOLL_ROUTE_BYTES=4K)

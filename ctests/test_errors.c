@@ -8,7 +8,8 @@
  * overlapping windows, NULL output pointers.
  * ncclInvalidUsage: collectives on an aborted or finalized communicator or
  * after ncclCeFinalize, and reductions (copy engines cannot reduce).
- * Also ncclGetErrorString for every code. */
+ * Also ncclGetErrorString for every code, and the texts: the call named
+ * once, the datatype by name, advice that holds at cecoll's default level. */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,15 @@
   do {                                    \
     EXPECT_RESULT(call, want);            \
     EXPECT_ERROR_TEXT(NULL);              \
+  } while (0)
+
+/* The last-error text starts with prefix, then says what; it names the
+ * call once (no "ncclAllGather: AllGather: "). */
+#define EXPECT_TEXT(prefix, what)                                                                      \
+  do {                                                                                                 \
+    const char* tx_ = ncclGetLastError(NULL);                                                          \
+    EXPECT(strncmp(tx_, prefix, strlen(prefix)) == 0 && strstr(tx_, what) != NULL,                    \
+           "last error \"%s\": want \"%s...%s\"", tx_, prefix, what);                                   \
   } while (0)
 
 static int contains_ci(const char* hay, const char* needle) {
@@ -62,6 +72,13 @@ static void check_error_strings(void) {
   EXPECT(ncclGetErrorString((ncclResult_t)99) != NULL, "ncclGetErrorString(99) is NULL");
   EXPECT(ncclGetErrorString((ncclResult_t)-1) != NULL, "ncclGetErrorString(-1) is NULL");
   EXPECT(ncclGetLastError(NULL) != NULL, "ncclGetLastError(NULL) is NULL");
+  /* WARN is cecoll's default level: no advice to set it, or another. */
+  for (int r = 1; r < ncclNumResults; r++) {
+    const char* s = ncclGetErrorString((ncclResult_t)r);
+    EXPECT(strstr(s, "DEBUG=") == NULL, "ncclGetErrorString(%d) advises a level: \"%s\"", r, s);
+  }
+  EXPECT(strstr(ncclGetErrorString(ncclInvalidArgument), "ncclGetLastError") != NULL, "invalid argument: where the details are");
+  EXPECT(strstr(ncclGetErrorString(ncclInvalidUsage), "ncclGetLastError") != NULL, "invalid usage: where the details are");
 }
 
 /* Every call that takes a communicator refuses a bad one. */
@@ -132,6 +149,27 @@ static void check_collective_args(void* dev, cudaStream_t s) {
   EXPECT_REFUSED(ncclScatter(dev, dev, 1, ncclNumTypes, 0, comm, s), ncclInvalidArgument);
   EXPECT_REFUSED(ncclGather(dev, dev, 1, ncclNumTypes, 0, comm, s), ncclInvalidArgument);
   EXPECT_ERROR_TEXT(comm);
+
+  t_set_case("texts: the call once, the datatype by name");
+  EXPECT_REFUSED(ncclAllGather(NULL, dev, 4, ncclInt8, comm, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclAllGather: sendbuff is NULL", "");
+  EXPECT_REFUSED(ncclAllToAll(dev, NULL, 4, ncclInt8, comm, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclAllToAll: recvbuff is NULL", "");
+  EXPECT_REFUSED(ncclAlltoAll(dev, dev, huge, ncclFloat64, comm, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclAlltoAll: count ", "ncclFloat64");
+  EXPECT_REFUSED(ncclScatter(dev, dev, 1, ncclInt8, 1, comm, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclScatter: root 1 ", "");
+  EXPECT_REFUSED(ncclGather(dev, dev, 1, ncclNumTypes, 0, comm, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclGather: unknown datatype 12", "");
+  memset(&a, 0, sizeof a);
+  a.func = ncclFuncAllGather;
+  a.datatype = ncclFloat32;
+  a.nElts = 4;
+  a.eltSize = 8;
+  a.sendBuff = dev;
+  a.recvBuff = dev;
+  EXPECT_REFUSED(ncclLaunchCeColl(comm, &a, s), ncclInvalidArgument);
+  EXPECT_TEXT("ncclLaunchCeColl: AllGather: ", "ncclFloat32"); /* this call names the collective */
 
   t_set_case("root out of range");
   EXPECT_REFUSED(ncclScatter(dev, dev, 1, ncclInt8, 1, comm, s), ncclInvalidArgument);

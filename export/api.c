@@ -203,11 +203,13 @@ const char* pncclGetErrorString(ncclResult_t result) {
   if (xinside && XHAVE(ncclGetErrorString)) return XREAL(ncclGetErrorString)(result);
   switch (result) {
   case ncclSuccess: return "no error";
-  case ncclUnhandledCudaError: return "unhandled cuda error (run with CECOLL_DEBUG=INFO for details)";
-  case ncclSystemError: return "unhandled system error (run with CECOLL_DEBUG=INFO for details)";
+  /* The details are in ncclGetLastError (and a WARN line, cecoll's
+   * default level): no advice to set a level that may be set already. */
+  case ncclUnhandledCudaError: return "unhandled cuda error (ncclGetLastError() says which call failed)";
+  case ncclSystemError: return "unhandled system error (ncclGetLastError() says what failed)";
   case ncclInternalError: return "internal error - please report this issue to the cecoll developers";
-  case ncclInvalidArgument: return "invalid argument (run with CECOLL_DEBUG=WARN for details)";
-  case ncclInvalidUsage: return "invalid usage (run with CECOLL_DEBUG=WARN for details)";
+  case ncclInvalidArgument: return "invalid argument (ncclGetLastError() says which)";
+  case ncclInvalidUsage: return "invalid usage (ncclGetLastError() says why)";
   case ncclRemoteError: return "remote process exited or there was a network error";
   case ncclInProgress: return "NCCL operation in progress";
   default: return "unknown result code";

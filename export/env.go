@@ -22,7 +22,8 @@ import (
 // would otherwise never reach cecoll's settings. Later changes are not
 // seen, as with NCCL, which reads its variables once. The log is then set
 // up, so that a bad value of any variable (internal/param) is reported
-// through it, and the real NCCL or RCCL is looked for (forward mode).
+// through it, the version banner printed (NCCL_DEBUG=VERSION), and the
+// real NCCL or RCCL looked for (forward mode).
 //
 //export goexp_cecollSyncEnv
 func goexp_cecollSyncEnv() {
@@ -40,5 +41,6 @@ func goexp_cecollSyncEnv() {
 		}
 	}
 	log.Setup()
+	log.Banner(banner())
 	forward.Load(loader{})
 }

@@ -18,8 +18,14 @@ import (
 var lastMu sync.Mutex
 
 // setLastError stores text, prefixed with the C call's name, in the
-// C-owned last-error buffer that ncclGetLastError returns.
+// C-owned last-error buffer that ncclGetLastError returns. The layers
+// below name the collective an error is about ("AllGather: ..."), which
+// its own call ("ncclAllGather", "ncclAllGatherConfig") says already.
 func setLastError(call, text string) string {
+	coll := strings.TrimSuffix(strings.TrimPrefix(call, "nccl"), "Config") + ": "
+	if len(text) >= len(coll) && strings.EqualFold(text[:len(coll)], coll) {
+		text = text[len(coll):]
+	}
 	if !strings.HasPrefix(text, call) {
 		text = call + ": " + text
 	}

@@ -38,6 +38,23 @@ func TestRecoverInto(t *testing.T) {
 	require.Equal(t, int32(3), int32(r))
 }
 
+// The last-error text names the call once: a collective's error names
+// the collective, which its call says already.
+func TestLastErrorPrefix(t *testing.T) {
+	for _, tc := range []struct{ call, text, want string }{
+		{"ncclAllGather", "AllGather: sendbuff is NULL", "ncclAllGather: sendbuff is NULL"},
+		{"ncclAllGatherConfig", "AllGather: sendbuff is NULL", "ncclAllGatherConfig: sendbuff is NULL"},
+		{"ncclAllToAll", "AlltoAll: recvbuff is NULL", "ncclAllToAll: recvbuff is NULL"},
+		{"ncclScatter", "Scatter: root 3 out of range [0, 2)", "ncclScatter: root 3 out of range [0, 2)"},
+		{"ncclLaunchCeColl", "AllGather: eltSize 8 does not match ncclInt32 (4 bytes)", "ncclLaunchCeColl: AllGather: eltSize 8 does not match ncclInt32 (4 bytes)"},
+		{"ncclGather", "NULL communicator", "ncclGather: NULL communicator"},
+		{"ncclCommCount", "ncclCommCount: NULL count", "ncclCommCount: NULL count"},
+		{"ncclGather", "Gatherer: x", "ncclGather: Gatherer: x"},
+	} {
+		require.Equal(t, tc.want, setLastError(tc.call, tc.text), "%s %q", tc.call, tc.text)
+	}
+}
+
 func TestNoAllocOnSuccess(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = toResult("ncclTest", nil) }))
 }

@@ -26,6 +26,11 @@
  * ("<pid> <call> key=value ..."); FAKE_NCCL_DEV; FAKE_NCCL_FAIL=<call>
  * (that call fails with ncclInternalError) or <call>:async (it succeeds,
  * then the communicator's async error is ncclRemoteError).
+ *
+ * NCCL's own: with NCCL_DEBUG=INFO its unique ids and inits write "NCCL
+ * INFO" lines as NCCL's do, to NCCL_DEBUG_FILE (%h, %p) when set, opened
+ * as NCCL opens it: fopen("w") at the first line, which empties the file,
+ * and writes at its own offset (cecoll shares that file: test_ncclenv).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -105,6 +110,38 @@ static void flog(const char* fmt, ...) {
   }
 }
 
+/* An NCCL INFO line, as NCCL's debug.cc writes it. */
+static void ninfo(const char* fmt, ...) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static FILE* out;
+  const char* lvl = getenv("NCCL_DEBUG");
+  char host[256] = "", name[PATH_MAX] = "";
+  va_list ap;
+  if (lvl == NULL || (strcasecmp(lvl, "INFO") != 0 && strcasecmp(lvl, "TRACE") != 0)) return;
+  gethostname(host, sizeof host - 1);
+  host[strcspn(host, ".")] = '\0';
+  pthread_mutex_lock(&mu);
+  if (out == NULL) {
+    const char* f = getenv("NCCL_DEBUG_FILE");
+    size_t n = 0;
+    for (; f != NULL && *f != '\0' && n < sizeof name - 32; f++) {
+      if (f[0] == '%' && f[1] == 'h') n += snprintf(name + n, sizeof name - n, "%.200s", host), f++;
+      else if (f[0] == '%' && f[1] == 'p') n += snprintf(name + n, sizeof name - n, "%d", (int)getpid()), f++;
+      else name[n++] = *f;
+    }
+    name[n] = '\0';
+    out = n > 0 ? fopen(name, "w") : NULL; /* NCCL's mode: truncate, no O_APPEND */
+    if (out != NULL) setlinebuf(out);
+    else out = stdout;
+  }
+  fprintf(out, "%s:%d:%d [0] NCCL INFO ", host, (int)getpid(), (int)gettid());
+  va_start(ap, fmt);
+  vfprintf(out, fmt, ap);
+  va_end(ap);
+  fputc('\n', out);
+  pthread_mutex_unlock(&mu);
+}
+
 static ncclResult_t fail(ncclResult_t r, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -170,6 +207,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   memcpy(id->internal, ID_MAGIC, 8);
   snprintf(id->internal + 8, 64, "fakenccl-%d-%d-%ld", (int)getpid(), atomic_fetch_add(&counter, 1), (long)time(NULL));
   flog("GetUniqueId %s via=%s", id->internal + 8, in_initall ? "InitAll" : "call");
+  ninfo("fake NCCL version %d: unique id %s", FAKE_VERSION, id->internal + 8);
   return ncclSuccess;
 }
 
@@ -302,6 +340,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int n, ncclUniqueId id, int
        my_dev(), in_initall ? "InitAll" : "call", cfg ? cfg->size : 0, cfg ? cfg->blocking : -1,
        cfg && cfg->size >= 64 ? cfg->CTAPolicy : -1, cfg && cfg->commName ? cfg->commName : "-");
   if (injected("InitRank") == 1) return fail(ncclInternalError, "fake: injected failure in InitRank");
+  ninfo("comm rank %d nranks %d - Init START", rank, n);
   struct ncclComm* c = calloc(1, sizeof *c);
   c->magic = COMM_MAGIC;
   c->rank = rank;

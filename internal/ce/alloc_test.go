@@ -69,7 +69,7 @@ func launchAllocs(t *testing.T, c collCase, flagWrite string, steps bool) float6
 // a group's Prepare and Steps (B16: the seed allocated its parameter
 // arrays on every sync and collective).
 func TestB16_NoAllocationOnLaunch(t *testing.T) {
-	if log.Enabled(log.LevelInfo) {
+	if log.Enabled(log.LevelInfo, log.Coll) {
 		t.Skip("INFO logging allocates by design")
 	}
 	for _, m := range []bufMode{bufWindow, bufPlain, bufGroup} {

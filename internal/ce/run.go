@@ -527,7 +527,7 @@ func launchErr(f Func, what string, err error) error {
 
 // logCall reports the plan of a call (INFO; nothing is built otherwise).
 func (e *Engine) logCall() {
-	if !log.Enabled(log.LevelInfo) {
+	if !log.Enabled(log.LevelInfo, log.Coll) {
 		return
 	}
 	c := &e.cur
@@ -538,6 +538,6 @@ func (e *Engine) logCall() {
 	if c.capturing {
 		sig += ", captured"
 	}
-	log.Infof("ce %s: rank %d/%d chunk %d B path %s plan %s rounds %d steps %d signal %s",
+	log.Infof(log.Coll, "ce %s: rank %d/%d chunk %d B path %s plan %s rounds %d steps %d signal %s",
 		c.a.Func, e.rank, e.n, c.chunk, c.path, c.kind, c.rounds, c.steps, sig)
 }

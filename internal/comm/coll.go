@@ -259,7 +259,7 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 	}
 	elt := DatatypeSize(a.Datatype)
 	if elt == 0 {
-		return result.Errorf(result.InvalidArgument, "%s: unknown datatype %d", name, a.Datatype)
+		return result.Errorf(result.InvalidArgument, "%s: unknown datatype %d (nccl.h's are 0 to %d)", name, a.Datatype, ce.NumTypes-1)
 	}
 	if a.EltSize != elt {
 		return result.Errorf(result.InvalidArgument, "%s: eltSize %d does not match %s (%d bytes)", name, a.EltSize, ce.TypeName(a.Datatype), elt)
@@ -271,7 +271,7 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 	hi, chunk := bits.Mul64(uint64(a.Count), uint64(elt))
 	hi2, total := bits.Mul64(chunk, uint64(c.size))
 	if hi != 0 || hi2 != 0 || total > uint64(^uintptr(0)>>1) {
-		return result.Errorf(result.InvalidArgument, "%s: count %d of %d-byte elements times %d ranks overflows", name, a.Count, elt, c.size)
+		return result.Errorf(result.InvalidArgument, "%s: count %d of %s times %d ranks overflows", name, a.Count, ce.TypeName(a.Datatype), c.size)
 	}
 	for _, w := range [...]*Window{sendWin, recvWin} {
 		if w != nil && (w.c != c || !w.live.Load()) {

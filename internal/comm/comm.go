@@ -175,6 +175,11 @@ func initRank(rt hip.Runtime, id ID, n, rank, dev int, cfg Config, p pairArgs) (
 	if err != nil {
 		return nil, err
 	}
+	if rank == 0 && id.fromCommID() {
+		if err := listenCommID(&id); err != nil {
+			return nil, err
+		}
+	}
 	c := newComm(rt, rank, n, dev, cfg)
 	c.lib, c.mode, c.given, c.givenErr = p.lib, p.mode, p.given, p.givenErr
 	w, err := join(key, n, rank, c)
@@ -342,7 +347,7 @@ func (c *Comm) runInit() error {
 	}
 	c.st.Store(int32(stReady))
 	watchAdd(c)
-	log.Infof("comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
+	log.Infof(log.Init, "comm %#x rank %d/%d on device %d (%s) ready", c.w.key, c.rank, c.size, c.dev, c.rt.Name())
 	return nil
 }
 

@@ -18,6 +18,8 @@ const IDBytes = 128
 // rendezvous key), 16-43 the root listener's address as a Linux struct
 // sockaddr_in or sockaddr_in6 (family u16 little-endian, port big-endian;
 // family 0 selects the in-process bootstrap), 48-63 the id's secret tag.
+// An id of a given root address (commid.go) has a key and tag that follow
+// from the address: no secret.
 //
 // The tag is an HMAC of the key under a random key of the id-making
 // process (tagOf), so that process's bootstrap root recognises its ids
@@ -41,10 +43,24 @@ type secret struct {
 	tag [tagBytes]byte
 }
 
-// NewID is ncclGetUniqueId: a fresh key, its tag, and the address of this
-// process's bootstrap root listener (started on first use), which ranks in
-// any process of the node reach over TCP (tcproot.go).
+// NewID is ncclGetUniqueId: with a root address given (CECOLL_COMM_ID,
+// NCCL_COMM_ID), the id every process makes for it (commid.go); else a
+// fresh one of this process's root (newRandomID).
 func NewID() (ID, error) {
+	a, err := commIDAddr()
+	if err != nil || a != nil {
+		if err != nil {
+			return ID{}, err
+		}
+		return newCommID(a), nil
+	}
+	return newRandomID()
+}
+
+// newRandomID is a fresh key, its tag, and the address of this process's
+// bootstrap root listener (started on first use), which ranks in any
+// process of the node reach over TCP (tcproot.go).
+func newRandomID() (ID, error) {
 	var id ID
 	binary.LittleEndian.PutUint64(id[0:8], idMagic)
 	if _, err := rand.Read(id[8:16]); err != nil {
@@ -94,10 +110,15 @@ func tagOf(key uint64) [tagBytes]byte {
 }
 
 // ours reports, in constant time, whether s names an id this process
-// made.
+// made, or is the id of the given address this process's rank 0 listens
+// at (which has no secret to check).
 func (s *secret) ours() bool {
 	want := tagOf(s.key)
-	return subtle.ConstantTimeCompare(s.tag[:], want[:]) == 1
+	if subtle.ConstantTimeCompare(s.tag[:], want[:]) == 1 {
+		return true
+	}
+	k := commIDRoot.key.Load()
+	return k != 0 && s.key == k && s.tag == commIDTag(k)
 }
 
 // sameTag compares two tags in constant time.

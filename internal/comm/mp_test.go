@@ -33,6 +33,13 @@ const (
 	envN     = "CECOLL_MP_N"
 	envRanks = "CECOLL_MP_RANKS"
 	envWant  = "CECOLL_MP_WANT"
+
+	// commIDRole in envID: the child makes its id itself (NCCL_COMM_ID).
+	commIDRole = "commid"
+	// envDone: a file the child makes once done; envAwait: a file the
+	// child waits for before it exits (its process hosts the root).
+	envDone  = "CECOLL_MP_DONE"
+	envAwait = "CECOLL_MP_AWAIT"
 )
 
 // child is one started child process.
@@ -410,8 +417,9 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm, inPlace bool) {
 		require.Contains(t, err.Error(), "AlltoAll in place count")
 		require.Regexp(t, `AlltoAll count \d+`, err.Error())
 	} else {
-		require.Contains(t, err.Error(), "count 4096")
-		require.Contains(t, err.Error(), "count 2048")
+		// By name, not number: the collective and the datatype.
+		require.Contains(t, err.Error(), "AllGather count 4096 ncclInt8")
+		require.Contains(t, err.Error(), "AllGather count 2048 ncclInt8")
 	}
 	fmt.Printf("MP check-error %v\n", err)
 	require.NoError(t, c.Abort())
@@ -436,10 +444,18 @@ func TestMPChild(t *testing.T) {
 	watchdog(t, 15*time.Second)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	raw, err := hex.DecodeString(os.Getenv(envID))
-	require.NoError(t, err)
 	var id ID
-	copy(id[:], raw)
+	if os.Getenv(envID) == commIDRole {
+		// Made here, as every process makes it from the given address.
+		var err error
+		id, err = NewID()
+		require.NoError(t, err)
+		require.True(t, id.fromCommID())
+	} else {
+		raw, err := hex.DecodeString(os.Getenv(envID))
+		require.NoError(t, err)
+		copy(id[:], raw)
+	}
 	n, err := strconv.Atoi(os.Getenv(envN))
 	require.NoError(t, err)
 	var ranks []int
@@ -479,6 +495,16 @@ func TestMPChild(t *testing.T) {
 	}
 	require.NoError(t, initErr)
 	fmt.Printf("MP init %v\n", time.Since(start))
+	defer func() { // after the Destroys below
+		if f := os.Getenv(envDone); f != "" {
+			require.NoError(t, os.WriteFile(f, nil, 0o600))
+		}
+		for f, dl := os.Getenv(envAwait), time.Now().Add(10*time.Second); f != "" && time.Now().Before(dl); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(f); err == nil {
+				break
+			}
+		}
+	}()
 	defer func() {
 		for _, c := range comms {
 			require.NoError(t, c.Destroy())

@@ -229,7 +229,7 @@ func (c *Comm) registerNode(w *Window, localErr error) error {
 	c.node.mu.Unlock()
 	w.peers, w.reach = peers, reach
 	w.live.Store(true)
-	log.Infof("rank %d: window [%#x, +%d) registered across processes (reach %d); peers %#x", c.rank, w.base, w.size, reach, peers)
+	log.Infof(log.Reg, "rank %d: window [%#x, +%d) registered across processes (reach %d); peers %#x", c.rank, w.base, w.size, reach, peers)
 	return nil
 }
 

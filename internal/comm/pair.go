@@ -239,7 +239,7 @@ func (c *Comm) pairUp(root initInfo) error {
 		return nil
 	}
 	c.setReal(h)
-	log.Infof("comm %#x rank %d paired with %s communicator %#x (%v, spans hosts: %v)", c.w.key, c.rank, c.lib.Name(), uintptr(h), c.policy, c.spans)
+	log.Infof(log.Init, "comm %#x rank %d paired with %s communicator %#x (%v, spans hosts: %v)", c.w.key, c.rank, c.lib.Name(), uintptr(h), c.policy, c.spans)
 	return nil
 }
 

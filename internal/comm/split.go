@@ -117,7 +117,9 @@ func (c *Comm) newMembersID(lead bool, leader int) (ID, error) {
 	var mine []byte
 	var idErr error
 	if lead {
-		id, err := NewID()
+		// Its own root, as NCCL's split ignores NCCL_COMM_ID: the
+		// members met already, over c.
+		id, err := newRandomID()
 		if err != nil {
 			idErr = err
 			mine = []byte{0}

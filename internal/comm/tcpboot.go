@@ -55,6 +55,10 @@ type tcpBoot struct {
 	failCh  chan struct{}
 	failErr error
 	closed  bool
+
+	// patient: the id names a given address (commid.go), where rank 0
+	// may not listen yet: a refused connection is tried again.
+	patient bool
 }
 
 func newTCPBoot(addr *net.TCPAddr, sec secret, n, rank int) *tcpBoot {
@@ -118,11 +122,20 @@ func (b *tcpBoot) dial() error {
 			break
 		}
 		drops++
+		if time.Until(deadline) < delay && b.patient {
+			return result.Errorf(result.RemoteError, "bootstrap: rank %d: no root answered at %v within %v (CECOLL_BOOTSTRAP_TIMEOUT): is rank 0 running, with the same CECOLL_COMM_ID or NCCL_COMM_ID? last: %v",
+				b.rank, b.addr, b.timeout, dr.err)
+		}
 		if time.Until(deadline) < delay {
 			return result.Errorf(result.RemoteError, "bootstrap: rank %d: the root %v dropped %d connections before answering within %v (CECOLL_BOOTSTRAP_TIMEOUT): is the unique id from the root's current process, or is the root flooded? last: %v",
 				b.rank, b.addr, drops, b.timeout, dr.err)
 		}
-		log.Infof("bootstrap: rank %d: the root %v dropped the connection (%v); retrying in %v", b.rank, b.addr, dr.err, delay)
+		switch {
+		case !b.patient:
+			log.Infof(log.Bootstrap, "bootstrap: rank %d: the root %v dropped the connection (%v); retrying in %v", b.rank, b.addr, dr.err, delay)
+		case drops == 1:
+			log.Infof(log.Bootstrap, "bootstrap: rank %d: waiting for rank 0 to listen at %v (%v)", b.rank, b.addr, dr.err)
+		}
 		time.Sleep(delay)
 		delay = min(2*delay, 250*time.Millisecond)
 	}
@@ -193,7 +206,7 @@ func (b *tcpBoot) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Re
 	d := net.Dialer{Deadline: deadline}
 	conn, err := d.Dial("tcp", b.addr.String())
 	if err != nil {
-		if transient(err) {
+		if transient(err) || (b.patient && errors.Is(err, syscall.ECONNREFUSED)) {
 			return nil, nil, 0, nil, dropped{err}
 		}
 		return nil, nil, 0, nil, result.Errorf(result.SystemError, "bootstrap: rank %d cannot reach the root %v named in the unique id: %w", b.rank, b.addr, err)
@@ -372,7 +385,7 @@ func (b *tcpBoot) Abort(err error) {
 		return
 	}
 	if b.send(frAbort, failPayload(err)) != nil {
-		log.Infof("bootstrap: rank %d: abort not delivered to the root (not connected)", b.rank)
+		log.Infof(log.Bootstrap, "bootstrap: rank %d: abort not delivered to the root (not connected)", b.rank)
 	}
 }
 
@@ -432,6 +445,7 @@ func (c *Comm) attachNode(id *ID) {
 	}
 	b := newTCPBoot(addr, id.secret(), c.size, c.rank)
 	b.parent, b.dtag = id.derivation()
+	b.patient = id.fromCommID()
 	b.local = func(r int) bool { return c.w.peer(r) != nil }
 	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
 	b.onFail = c.fail

@@ -51,14 +51,14 @@ func startRoot() (net.Listener, error) {
 			root.err = err
 			return
 		}
-		ln, err := net.Listen("tcp", addr)
+		ln, err := listenAvoiding(addr, commIDPorts(), net.Listen)
 		if err != nil {
 			root.err = result.Errorf(result.SystemError, "ncclGetUniqueId: bootstrap listener on %s: %w", addr, err)
 			return
 		}
 		root.ln = ln
 		root.gate = newGate("bootstrap root")
-		log.Infof("bootstrap root listening on %v", ln.Addr())
+		log.Infof(log.Bootstrap, "bootstrap root listening on %v", ln.Addr())
 		go root.gate.serve(ln, serveConn)
 	})
 	return root.ln, root.err
@@ -67,10 +67,15 @@ func startRoot() (net.Listener, error) {
 // listenAddr picks the interface: CECOLL_SOCKET_IFNAME, else
 // NCCL_SOCKET_IFNAME (a comma list of name prefixes, "=name" for an exact
 // name, a leading "^" to exclude), else loopback: copy engines reach only
-// the GPUs of one node, so every rank is local.
+// the GPUs of one node, so every rank is local. CECOLL_SOCKET_FAMILY (else
+// NCCL_SOCKET_FAMILY) takes only IPv4 or IPv6 addresses; unset, IPv4 first.
 func listenAddr() (string, error) {
 	given := param.SocketIfname.Get()
+	family := param.SocketFamily.Get()
 	if given == "" {
+		if family == "AF_INET6" {
+			return "[::1]:0", nil
+		}
 		return "127.0.0.1:0", nil
 	}
 	spec := given
@@ -109,9 +114,12 @@ func listenAddr() (string, error) {
 				continue
 			}
 			if ip4 := ipn.IP.To4(); ip4 != nil {
-				return net.JoinHostPort(ip4.String(), "0"), nil
+				if family != "AF_INET6" {
+					return net.JoinHostPort(ip4.String(), "0"), nil
+				}
+				continue
 			}
-			if v6 == "" {
+			if v6 == "" && family != "AF_INET" {
 				host := ipn.IP.String()
 				if ipn.IP.IsLinkLocalUnicast() {
 					host += "%" + it.Name
@@ -122,6 +130,9 @@ func listenAddr() (string, error) {
 	}
 	if v6 != "" {
 		return v6, nil
+	}
+	if family != "" {
+		return "", result.Errorf(result.SystemError, "ncclGetUniqueId: no interface with an %s address matches socket interface %q", family, given)
 	}
 	return "", result.Errorf(result.SystemError, "ncclGetUniqueId: no interface with an address matches socket interface %q", given)
 }

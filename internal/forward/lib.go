@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
 
@@ -72,8 +73,10 @@ func Current() (Lib, error) {
 }
 
 // Install makes l (nil: none) the process's real library and returns the
-// previous one, for Load and for tests.
+// previous one, for Load and for tests. A library asked for (loaded or
+// not) owns the NCCL_ variables of its own bootstrap (param.SetForwarding).
 func Install(l Lib, err error) (prev Lib, prevErr error) {
+	param.SetForwarding(l != nil || err != nil)
 	old := current.Swap(&libBox{lib: l, err: err})
 	if old == nil {
 		return nil, nil

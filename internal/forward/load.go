@@ -48,10 +48,10 @@ func Load(l Loader) (Lib, error) {
 	case err != nil:
 		log.Warnf("forward: %v", err)
 	case lib != nil:
-		log.Infof("forward: real library %s (version %d): cecoll runs AllGather, AlltoAll, Scatter and Gather by CECOLL_ROUTE=%s and forwards the rest",
+		log.Infof(log.Init, "forward: real library %s (version %d): cecoll runs AllGather, AlltoAll, Scatter and Gather by CECOLL_ROUTE=%s and forwards the rest",
 			lib.Name(), lib.Version(), param.Route.Get())
 	default:
-		log.Infof("forward: no real NCCL or RCCL: copy engines only")
+		log.Infof(log.Init, "forward: no real NCCL or RCCL: copy engines only")
 	}
 	Install(lib, err)
 	return lib, err

@@ -127,7 +127,7 @@ func Note(fn int, name string, bytes uint64, ce bool, why Why) {
 		way = 1
 	}
 	class := bits.Len64(bytes)
-	if noted[fn][class][way].Load() || !log.Enabled(log.LevelInfo) || noted[fn][class][way].Swap(true) {
+	if noted[fn][class][way].Load() || !log.Enabled(log.LevelInfo, log.Coll) || noted[fn][class][way].Swap(true) {
 		return
 	}
 	lo, hi := uint64(0), uint64(0)
@@ -138,5 +138,5 @@ func Note(fn int, name string, bytes uint64, ce bool, why Why) {
 	if ce {
 		dest = "copy engines"
 	}
-	log.Infof("route: %s with %d-%d byte blocks -> %s (%s)", name, lo, hi, dest, why)
+	log.Infof(log.Coll, "route: %s with %d-%d byte blocks -> %s (%s)", name, lo, hi, dest, why)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ type Param[T any] struct {
 	def      T
 	parse    func(string) (T, error) // gets trimmed, non-blank text
 	fallback *Param[T]               // read when this one is blank
+	// realOwns: the fallback (an NCCL_ variable) belongs to the real
+	// library while one is loaded (SetForwarding), and is then not read.
+	realOwns bool
 
 	mu     sync.Mutex // serialises parsing, so a warning is given once
 	warned bool
@@ -132,18 +136,42 @@ func (p *Param[T]) Default() T { return p.def }
 // variable with a fallback, the fallback's value) or does not parse.
 func (p *Param[T]) Get() T {
 	r := p.read()
-	if r.blank && p.fallback != nil {
+	if r.blank && p.falls() {
 		return p.fallback.Get()
 	}
 	return r.val
 }
 
+// falls reports whether a blank value stands for the fallback's.
+func (p *Param[T]) falls() bool {
+	return p.fallback != nil && !(p.realOwns && forwarding.Load())
+}
+
+// From names the variable whose text Get's value came from: this one, its
+// fallback, or "" for the default (of a blank or bad value).
+func (p *Param[T]) From() string {
+	r := p.read()
+	switch {
+	case r.blank && p.falls():
+		return p.fallback.From()
+	case r.blank || r.err != nil:
+		return ""
+	}
+	return p.info.Name
+}
+
 // IsSet reports whether the variable holds a non-blank value (good or bad).
 func (p *Param[T]) IsSet() bool { return !p.read().blank }
 
-// Err returns why the variable's value was not taken (Get returned the
-// default), or nil.
-func (p *Param[T]) Err() error { return p.read().err }
+// Err returns why the value Get returns was not taken from the text (Get
+// returned the default), or nil; for a blank variable, its fallback's.
+func (p *Param[T]) Err() error {
+	r := p.read()
+	if r.blank && p.falls() {
+		return p.fallback.Err()
+	}
+	return r.err
+}
 
 // Parse parses s as the variable would be: blank gives the default. The
 // error names the variable and the value.
@@ -194,6 +222,27 @@ func (p *Param[T]) orElse(f *Param[T]) *Param[T] {
 	p.fallback = f
 	return p
 }
+
+// unlessForwarding stops the fallback from standing in while a real NCCL
+// or RCCL is loaded: that NCCL_ variable is then the real library's.
+func (p *Param[T]) unlessForwarding() *Param[T] {
+	p.realOwns = true
+	return p
+}
+
+// shown sets the default as the documentation writes it.
+func (p *Param[T]) shown(text string) *Param[T] {
+	p.info.Default = text
+	return p
+}
+
+// forwarding: a real NCCL or RCCL is loaded (SetForwarding).
+var forwarding atomic.Bool
+
+// SetForwarding tells the registry whether a real NCCL or RCCL is loaded
+// (internal/forward, once, at the first call); the NCCL_ variables that
+// library owns then stop standing in for their CECOLL_ twins.
+func SetForwarding(on bool) { forwarding.Store(on) }
 
 // warnTo receives the warnings; nil: stderr.
 var warnTo atomic.Pointer[func(string)]
@@ -396,6 +445,68 @@ func newList(name string, class Class, choices []string, doc string) *Param[[]st
 				words = append(words, w)
 			}
 			return words, nil
+		},
+	})
+}
+
+// newMask is a comma list of names (any case) made into a bit mask, bit
+// i for names[i], as NCCL reads NCCL_DEBUG_SUBSYS: ALL names every bit,
+// and a leading ^ starts from every bit and clears the names. The
+// default is every bit.
+func newMask(name string, class Class, names []string, doc string) *Param[uint64] {
+	all := uint64(1)<<len(names) - 1
+	return register(&Param[uint64]{
+		info: Info{Name: name, Class: class, Default: "ALL", Accepts: "comma list of " + strings.Join(names, ", ") + ", ALL; a leading ^ excludes them",
+			Choices: names, Doc: doc},
+		def: all,
+		parse: func(s string) (uint64, error) {
+			var mask uint64
+			invert := strings.HasPrefix(s, "^")
+			if invert {
+				s, mask = s[1:], all
+			}
+			for _, w := range strings.Split(s, ",") {
+				w = strings.TrimSpace(w)
+				if w == "" {
+					continue
+				}
+				bit := uint64(0)
+				if strings.EqualFold(w, "ALL") {
+					bit = all
+				}
+				for i, n := range names {
+					if strings.EqualFold(w, n) {
+						bit = 1 << i
+					}
+				}
+				if bit == 0 {
+					return all, fmt.Errorf("unknown name %q (known: %s, ALL)", w, strings.Join(names, ", "))
+				}
+				if invert {
+					mask &^= bit
+				} else {
+					mask |= bit
+				}
+			}
+			return mask, nil
+		},
+	})
+}
+
+// newAddress is a bootstrap address as NCCL_COMM_ID writes it:
+// host:port or [ipv6]:port, the host a name or a literal address.
+func newAddress(name string, class Class, doc string) *Param[string] {
+	return register(&Param[string]{
+		info: Info{Name: name, Class: class, Default: "unset", Accepts: "host:port or [ipv6]:port", Doc: doc},
+		parse: func(s string) (string, error) {
+			host, port, err := net.SplitHostPort(s)
+			if err != nil || host == "" || strings.ContainsAny(host, " \t/") {
+				return "", errors.New("want host:port or [ipv6]:port")
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+				return "", errors.New("want a port in 1..65535")
+			}
+			return s, nil
 		},
 	})
 }

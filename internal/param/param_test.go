@@ -73,6 +73,11 @@ func TestBadValues(t *testing.T) {
 		{of(FlagWrite), "fast"},
 		{of(Sync), "ring"},
 		{of(Debug), "LOUD"},
+		{of(Debug), "ABORT"},
+		{of(NCCLDebug), "LOUD"},
+		{of(DebugSubsys), "INIT,WARP"},
+		{of(SocketFamily), "inet"},
+		{of(NCCLSocketFamily), "AF_UNIX"},
 		{of(Events), "off"},
 		{of(Check), "yes"},
 		{of(CheckPointers), "2"},
@@ -128,6 +133,19 @@ func TestGoodValues(t *testing.T) {
 		{of(HostInline), "0", false},
 		{of(HostCaps), "noattrs, HIPBATCHES,,", []string{"noattrs", "hipbatches"}},
 		{of(DebugFile), " /tmp/x-%p.log ", "/tmp/x-%p.log"},
+		{of(Debug), "version", "VERSION"},
+		{of(NCCLDebug), "Trace", "TRACE"},
+		{of(DebugSubsys), "INIT,COLL", uint64(1 | 2)},
+		{of(DebugSubsys), "all", uint64(1<<16 - 1)},
+		{of(NCCLDebugSubsys), "^COLL, env", uint64((1<<16 - 1) &^ (2 | 1<<7))},
+		{of(NCCLDebugSubsys), "^", uint64(1<<16 - 1)},
+		{of(NCCLDebugSubsys), "ras,PROFILE", uint64(1<<15 | 1<<14)},
+		{of(SocketFamily), "af_inet6", "AF_INET6"},
+		{of(NCCLSocketFamily), "AF_INET", "AF_INET"},
+		{of(CommID), "127.0.0.1:5000", "127.0.0.1:5000"},
+		{of(CommID), "[::1]:5000", "[::1]:5000"},
+		{of(CommID), "[fe80::1%eth0]:5000", "[fe80::1%eth0]:5000"},
+		{of(NCCLCommID), " node-3.example:29500 ", "node-3.example:29500"},
 		{of(CUDADeviceMaxConnections), "16", "16"},
 	} {
 		name := tc.p.p.Info().Name
@@ -200,6 +218,15 @@ func TestStrict(t *testing.T) {
 	require.EqualError(t, Backend.Err(), `CECOLL_BACKEND="cuda": want one of auto, nvidia, amd, host`)
 	require.Nil(t, HostCaps.Get())
 	require.ErrorContains(t, HostCaps.Err(), `unknown word "warp"`)
+	// A root address that does not parse fails ncclGetUniqueId, twin or not.
+	t.Setenv("CECOLL_COMM_ID", "")
+	for _, v := range []string{"127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", ":5000", "::1:5000", "host:port", "a b:1"} {
+		t.Setenv("NCCL_COMM_ID", v)
+		require.Equal(t, "", CommID.Get(), v)
+		require.ErrorContains(t, CommID.Err(), `NCCL_COMM_ID="`+v+`"`)
+	}
+	t.Setenv("CECOLL_COMM_ID", "[::1]")
+	require.ErrorContains(t, CommID.Err(), `CECOLL_COMM_ID="[::1]"`)
 	require.Empty(t, warnings())
 }
 
@@ -212,6 +239,71 @@ func TestSocketIfnameFallback(t *testing.T) {
 	require.Equal(t, "=eth0", SocketIfname.Get())
 	t.Setenv("CECOLL_SOCKET_IFNAME", "^docker")
 	require.Equal(t, "^docker", SocketIfname.Get())
+}
+
+// Each CECOLL_ variable reads its NCCL_ twin when blank, and wins when
+// set, bad values included; From names the variable that answered.
+func TestTwins(t *testing.T) {
+	for _, tc := range []struct {
+		own, nccl get
+		text      string // a good text for both
+		want      any    // its value
+	}{
+		{of(Debug), of(NCCLDebug), "info", "INFO"},
+		{of(DebugSubsys), of(NCCLDebugSubsys), "COLL", uint64(2)},
+		{of(DebugFile), of(NCCLDebugFile), "/tmp/n.log", "/tmp/n.log"},
+		{of(SocketFamily), of(NCCLSocketFamily), "AF_INET6", "AF_INET6"},
+		{of(SocketIfname), of(NCCLSocketIfname), "eth", "eth"},
+		{of(CommID), of(NCCLCommID), "127.0.0.1:7", "127.0.0.1:7"},
+	} {
+		own, nccl := tc.own.p.Info().Name, tc.nccl.p.Info().Name
+		t.Run(own, func(t *testing.T) {
+			warnings := captureWarn(t)
+			from := func() string { return tc.own.p.(interface{ From() string }).From() }
+			t.Setenv(own, "")
+			t.Setenv(nccl, "")
+			require.Equal(t, tc.own.def, tc.own.get())
+			require.Equal(t, "", from())
+			t.Setenv(nccl, tc.text)
+			require.Equal(t, tc.want, tc.own.get(), "%s blank: %s's value", own, nccl)
+			require.Equal(t, nccl, from())
+			other := map[string]string{"info": "TRACE", "COLL": "REG", "/tmp/n.log": "/tmp/c.log",
+				"AF_INET6": "AF_INET", "eth": "ib", "127.0.0.1:7": "127.0.0.1:8"}[tc.text]
+			t.Setenv(own, other)
+			require.NotEqual(t, tc.want, tc.own.get(), "%s set: its value", own)
+			require.Equal(t, own, from())
+			t.Setenv(own, "bad value ^")
+			got := tc.own.get()
+			if tc.own.err() != nil {
+				require.Equal(t, tc.own.def, got, "%s bad: its default, not %s", own, nccl)
+				require.Equal(t, "", from())
+				require.ErrorContains(t, tc.own.err(), own+"=")
+				if !tc.own.p.Info().Strict {
+					require.Len(t, warnings(), 1)
+				}
+			}
+		})
+	}
+}
+
+// NCCL_COMM_ID is the real library's while one is loaded: it stops
+// standing in for CECOLL_COMM_ID, which still counts.
+func TestCommIDForwarding(t *testing.T) {
+	captureWarn(t)
+	t.Cleanup(func() { SetForwarding(false) })
+	t.Setenv("CECOLL_COMM_ID", "")
+	t.Setenv("NCCL_COMM_ID", "127.0.0.1:4000")
+	require.Equal(t, "127.0.0.1:4000", CommID.Get())
+	SetForwarding(true)
+	require.Equal(t, "", CommID.Get())
+	require.Equal(t, "", CommID.From())
+	require.Equal(t, "127.0.0.1:4000", NCCLCommID.Get(), "still readable as the real library's")
+	t.Setenv("CECOLL_COMM_ID", "127.0.0.1:4001")
+	require.Equal(t, "127.0.0.1:4001", CommID.Get())
+	// The other twins are not the real library's alone.
+	t.Setenv("CECOLL_DEBUG", "")
+	t.Setenv("NCCL_DEBUG", "INFO")
+	require.Equal(t, "INFO", Debug.Get())
 }
 
 func TestParse(t *testing.T) {
@@ -227,7 +319,8 @@ func TestParse(t *testing.T) {
 
 func TestAll(t *testing.T) {
 	seen := map[string]bool{}
-	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true, "CUDA_MPS_PIPE_DIRECTORY": true}
+	external := map[string]bool{"NCCL_SOCKET_IFNAME": true, "CUDA_DEVICE_MAX_CONNECTIONS": true, "NCCL_CTA_POLICY": true, "LD_LIBRARY_PATH": true,
+		"NCCL_DEBUG": true, "NCCL_DEBUG_SUBSYS": true, "NCCL_DEBUG_FILE": true, "NCCL_SOCKET_FAMILY": true, "NCCL_COMM_ID": true, "CUDA_MPS_PIPE_DIRECTORY": true}
 	for _, info := range All() {
 		require.False(t, seen[info.Name], "%s declared twice", info.Name)
 		seen[info.Name] = true

@@ -5,16 +5,37 @@ import (
 	"time"
 )
 
+// The words of the log's variables.
+var (
+	debugLevels = []string{"NONE", "VERSION", "WARN", "INFO", "TRACE"}
+	// NCCL's subsystem names, in internal/log's bit order; cecoll logs
+	// INIT, COLL, ENV, BOOTSTRAP and REG, and takes the others so that an
+	// NCCL setting is never refused.
+	debugSubsystems = []string{"INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL",
+		"PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS"}
+	socketFamilies = []string{"AF_INET", "AF_INET6"}
+)
+
 // Every environment variable cecoll reads, once each. README's tables and
 // docs/tuning.md follow these declarations (docs_test.go checks them).
 var (
 	// Backend is read by internal/hip/backend, which refuses a bad value.
 	Backend = newChoice("CECOLL_BACKEND", User, "auto", []string{"auto", "nvidia", "amd", "host"},
 		"device runtime: auto (the first GPU backend that loads, else the host device), nvidia, amd or host").strictly()
-	Debug = newChoice("CECOLL_DEBUG", User, "WARN", []string{"NONE", "WARN", "INFO", "TRACE"},
-		"log level: NONE, WARN, INFO (set-up decisions, the path each call took) or TRACE")
-	DebugFile = newString("CECOLL_DEBUG_FILE", User, "stderr", "a path",
-		"log file instead of stderr; %h becomes the host name, %p the pid")
+	// The log's (internal/log). Each CECOLL_ variable reads its NCCL twin
+	// when blank, with NCCL's meaning.
+	NCCLDebug = newChoice("NCCL_DEBUG", User, "WARN", debugLevels,
+		"NCCL's name for CECOLL_DEBUG, read when that is blank")
+	Debug = newChoice("CECOLL_DEBUG", User, "WARN", debugLevels,
+		"log level: NONE, VERSION (the version banner only), WARN, INFO (set-up decisions, the path each call took) or TRACE").orElse(NCCLDebug)
+	NCCLDebugSubsys = newMask("NCCL_DEBUG_SUBSYS", User, debugSubsystems,
+		"NCCL's name for CECOLL_DEBUG_SUBSYS, read when that is blank")
+	DebugSubsys = newMask("CECOLL_DEBUG_SUBSYS", User, debugSubsystems,
+		"subsystems whose INFO and TRACE lines are logged (cecoll's: INIT, BOOTSTRAP, ENV, COLL, REG); unset: all, or NCCL's INIT,BOOTSTRAP,ENV when the level comes from NCCL_DEBUG").orElse(NCCLDebugSubsys)
+	NCCLDebugFile = newString("NCCL_DEBUG_FILE", User, "stderr", "as CECOLL_DEBUG_FILE",
+		"NCCL's name for CECOLL_DEBUG_FILE, read when that is blank; a real NCCL writing the same file shares it")
+	DebugFile = newString("CECOLL_DEBUG_FILE", User, "stderr", "a path; %h host name, %p pid, %% a %",
+		"log file instead of stderr, opened for appending; %h becomes the host name, %p the pid").orElse(NCCLDebugFile)
 
 	// The engine's (internal/ce). Every rank of a communicator must see the
 	// same values: they decide how many flag syncs a call makes.
@@ -48,6 +69,18 @@ var (
 		"NCCL's name for CECOLL_SOCKET_IFNAME, read when that is blank")
 	SocketIfname = newString("CECOLL_SOCKET_IFNAME", User, "loopback", "name prefixes, =name exact, ^ excludes; comma list",
 		"interface of the bootstrap listener; blank: NCCL_SOCKET_IFNAME, else loopback").orElse(NCCLSocketIfname)
+	NCCLSocketFamily = newChoice("NCCL_SOCKET_FAMILY", User, "", socketFamilies,
+		"NCCL's name for CECOLL_SOCKET_FAMILY, read when that is blank").shown("unset")
+	SocketFamily = newChoice("CECOLL_SOCKET_FAMILY", User, "", socketFamilies,
+		"address family of the bootstrap listener and of a host name in CECOLL_COMM_ID: AF_INET or AF_INET6; unset: IPv4 first").shown("unset").orElse(NCCLSocketFamily)
+	// NCCL_COMM_ID is the real library's while one is loaded: cecoll's
+	// bootstrap then reads only CECOLL_COMM_ID. A bad address fails
+	// ncclGetUniqueId (Err), as NCCL's: a random root instead would leave
+	// the processes waiting at the given one.
+	NCCLCommID = newAddress("NCCL_COMM_ID", User,
+		"NCCL's name for CECOLL_COMM_ID, read when that is blank and no real NCCL or RCCL is loaded").strictly()
+	CommID = newAddress("CECOLL_COMM_ID", User,
+		"the bootstrap root's address: ncclGetUniqueId names it in every process alike, and rank 0's init listens there").strictly().orElse(NCCLCommID).unlessForwarding()
 
 	// Forward mode (internal/forward): the real NCCL/RCCL behind cecoll, and
 	// which calls go to the copy engines. Every rank of a communicator must

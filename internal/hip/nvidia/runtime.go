@@ -57,8 +57,7 @@ var openOnce = sync.OnceValues(func() (*Runtime, error) { return openPath(libNam
 func Open() (*Runtime, error) { return openOnce() }
 
 // openPath is Open for an explicit library path (tests load fakes with it).
-func openPath(path string) (*Runtime, error) {
-	userConns, userSet, raised := raiseConnections()
+func openPath(path string) (rt *Runtime, err error) {
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), path) {
@@ -72,6 +71,14 @@ func openPath(path string) (*Runtime, error) {
 	if err := r.fn.load(h); err != nil {
 		return nil, err
 	}
+	// Only once the driver loaded, so that a process that ends up on
+	// another backend keeps its environment (and its log) as it was.
+	userConns, userSet, raised := raiseConnections()
+	defer func() {
+		if err != nil && raised {
+			os.Unsetenv(param.CUDADeviceMaxConnections.Name())
+		}
+	}()
 	// Before cuInit: has the process initialised the driver already? Then
 	// it may have created contexts before CUDA_DEVICE_MAX_CONNECTIONS was set.
 	var n0 int32
@@ -106,8 +113,16 @@ func openPath(path string) (*Runtime, error) {
 		PageableBlocks: true,
 		StreamQueues:   streamQueues(userConns, userSet, raised && !preInit),
 	}
-	log.Infof("nvidia: %d hardware queues per context assumed (%s from the user: %q, driver initialised before cecoll: %v)",
-		r.caps.StreamQueues, param.CUDADeviceMaxConnections.Name(), userConns, preInit)
+	how := fmt.Sprintf("%s=%q from the user", param.CUDADeviceMaxConnections.Name(), userConns)
+	switch {
+	case raised:
+		how = fmt.Sprintf("%s=%d set by cecoll", param.CUDADeviceMaxConnections.Name(), maxConnections)
+	case !userSet:
+		how = fmt.Sprintf("%s left unset: an MPS control daemon listens at %s, and MPS clients share one pool of queues",
+			param.CUDADeviceMaxConnections.Name(), mpsDaemon())
+	}
+	log.Infof(log.Init, "nvidia: %d hardware queues per context assumed (%s; driver initialised before cecoll: %v)",
+		r.caps.StreamQueues, how, preInit)
 	switch {
 	case r.version >= batchCopyV2MinVersion && r.fn.memcpyBatchAsyncV2 != 0:
 		r.caps.BatchCopy, r.batchV2 = true, true
@@ -660,17 +675,10 @@ const (
 func raiseConnections() (v string, set, raised bool) {
 	p := param.CUDADeviceMaxConnections
 	v, set = p.Get(), p.IsSet()
-	switch {
-	case set:
-		log.Infof("nvidia: %s=%s (from the environment)", p.Name(), v)
-	case mpsDaemon() != "":
-		log.Infof("nvidia: %s left at the driver's default %d: an MPS control daemon listens at %s, and MPS clients share one pool of queues",
-			p.Name(), defaultConnections, mpsDaemon())
-	default:
+	if !set && mpsDaemon() == "" {
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
 		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
-		log.Infof("nvidia: %s=%d (set by cecoll; without effect if the process initialised CUDA before cecoll)", p.Name(), maxConnections)
 		raised = true
 	}
 	return v, set, raised

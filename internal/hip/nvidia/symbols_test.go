@@ -100,10 +100,16 @@ func TestSymbolTableMatchesHeader(t *testing.T) {
 	}
 }
 
+// Without the driver the process keeps its environment: the host device
+// runs then, and CUDA_DEVICE_MAX_CONNECTIONS is none of cecoll's business.
 func TestOpenMissingLibrary(t *testing.T) {
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "") // restored after the test
+	os.Unsetenv("CUDA_DEVICE_MAX_CONNECTIONS")
 	_, err := openPath("libcuda-cecoll-absent.so.1")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "libcuda-cecoll-absent.so.1")
+	_, set := os.LookupEnv("CUDA_DEVICE_MAX_CONNECTIONS")
+	require.False(t, set, "set although no driver loaded")
 }
 
 func TestMulticastNeverSupported(t *testing.T) {
