@@ -20,7 +20,8 @@
 # (caps and chaos rows run on the host device: CECOLL_BACKEND=host.)
 # test_multiproc (several processes through the TCP bootstrap; built with
 # mp_common.c) runs in the default row, caps=nopeerwrite and chaos=1 only,
-# the last two with a reduced set.
+# the last two with a reduced set. test_fork (a child forked after the
+# library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # its pairwise subset on the host device, plain and under
 # CECOLL_HOST_CHAOS=1,2,3 (the default environment only with --fast), each
@@ -49,6 +50,7 @@ CC=${CC:-gcc}
 TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
 tests="api errors env allgather alltoall scatter gather"
 mptests="multiproc" # own rows; also linked with mp_common.c
+onetests="fork"     # the default row only: the environment matrix does not touch what they check
 mode=all
 case "${1:-}" in
   --compile-only) mode=compile ;;
@@ -99,7 +101,7 @@ if [ "$mode" = compile ]; then
   else
     record "compile test_forward" FAIL ""
   fi
-  for t in $tests $mptests; do
+  for t in $tests $mptests $onetests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
       record "compile test_$t" PASS "syntax only"
     else
@@ -126,7 +128,7 @@ build() { # $1 test, $2 output dir, rest: extra flags
   case " $mptests " in *" $t "*) extra=("$here/mp_common.c") ;; esac
   $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${extra[@]}" "${link[@]}" 2>"$dir/test_$t.build.log"
 }
-for t in $tests $mptests; do
+for t in $tests $mptests $onetests; do
   if build "$t" "$out"; then
     record "build test_$t" PASS ""
   else
@@ -245,6 +247,9 @@ for t in $tests; do
 done
 for t in $mptests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"
+done
+for t in $onetests; do
+  run_one default "$t" "$out" CECOLL_TEST_ROW=default --
 done
 # Forward mode, the three ways in (see the top).
 fwd_env=(CECOLL_BACKEND=host CECOLL_ROUTE_BYTES=4K)

@@ -26,6 +26,7 @@
 //   - Do not fork after loading it without exec'ing at once: the child has
 //     the Go runtime's threads missing. Start other processes with
 //     posix_spawn or fork+exec; in Python use the "spawn" start method.
+//     fork.c refuses a forked child's calls in C, before they reach Go.
 //   - Never dlclose it: a Go runtime cannot be unloaded.
 //   - One Go runtime per process: do not load two Go c-shared libraries
 //     built from cecoll (or another Go c-shared library) into one process.
