@@ -37,8 +37,10 @@
 # cecoll as libnccl.so.2 first on LD_LIBRARY_PATH (forward=dropin); then
 # forward=lib under chaos seeds 1-3 (the default environment only with
 # --fast: the three ways).
-# Then the exported-symbol check (test_symbols.sh) and the CMake package
-# check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
+# Then the exported-symbol check (test_symbols.sh), the install layout
+# and pkg-config check (install_check.sh, its pkg-config part skipped
+# loudly without pkg-config) and the CMake package check (cmake_check.sh,
+# skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -344,6 +346,17 @@ else
   cat "$out/test_symbols.log"
 fi
 if [ "$mode" = all ]; then
+  bash "$here/install_check.sh" >"$out/install_check.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    record install_check.sh PASS "$(tail -1 "$out/install_check.log")"
+  elif [ "$rc" -eq 77 ]; then
+    echo "!!!! pkg-config not found: the pkg-config check is SKIPPED (the install layout passed) !!!!" >&2
+    record install_check.sh SKIP "pkg-config not found; $(tail -1 "$out/install_check.log")"
+  else
+    record install_check.sh FAIL "see $out/install_check.log"
+    tail -30 "$out/install_check.log"
+  fi
   CECOLL_LIB="$lib" bash "$here/cmake_check.sh" >"$out/cmake_check.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then

@@ -16,10 +16,11 @@
 // exports.map and ctests/exported-symbols.txt from the API list
 // forward/nccl-2.31.api (NCCL 2.31 and RCCL's extras), by `go generate`.
 //
-// Build (build.sh):
+// Build (build.sh, or make): the file is named after cecoll's own version
+// (VERSION), with the SONAME libcecoll.so.MAJOR and links to it:
 //
-//	go build -buildmode=c-shared -o build/libcecoll.so \
-//	    -ldflags "-extldflags -Wl,--version-script=$PWD/export/exports.map" ./export
+//	go build -buildmode=c-shared -o build/libcecoll.so.$VERSION -ldflags \
+//	    "-extldflags '-Wl,--version-script=$PWD/export/exports.map -Wl,-soname,libcecoll.so.$MAJOR'" ./export
 //
 // Process rules for programs that load the library:
 //   - The Go runtime starts when the library loads; no work runs in init().
