@@ -3,7 +3,8 @@
 #   make run      the main job: all four collectives on 4 ranks (host device, or the GPU where present),
 #                 with build/perf.json and the plot build/perf.png
 #   make plot     the same sweep, rendered by build/cecoll-plot as a separate step (needs Go's module proxy once)
-#   make test     Go tests (host device, with and without chaos, -race), then the C tests
+#   make test     Go tests (host device, with and without chaos, -race), the C tests, the READMEs' examples,
+#                 cecoll-perf's format, the Python tests
 #   make test-matrix  the whole correctness matrix on the host device (ctests/README.md)
 #   make fuzz     every fuzz target of the peer-facing decoders, FUZZTIME each (make test runs their seeds)
 #   make install  PREFIX=/usr/local   the library and its links, include/cecoll/, CMake and pkg-config files
@@ -33,7 +34,7 @@ RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map -Wl,-soname,$(SONAME)"
 
-.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
+.PHONY: all run plot bench-mpi test test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
 
 all: $(LIB) $(HEADERS) $(PKGFILES)
 
@@ -95,7 +96,7 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-layout test-go test-race test-chaos test-c test-perf test-python
+test: test-layout test-go test-race test-chaos test-c test-readme test-perf test-python
 	@echo "make test: all parts passed"
 
 # The product tree never refers to lab/ (measurement tooling, lab/README.md).
@@ -178,6 +179,11 @@ $(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ct
 
 test-matrix: all $(MATRIX)
 	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
+
+# Every example of the READMEs (blocks marked runnable), built and run twice as
+# the README says (ctests/readme_examples.sh); Python ones skipped loudly without torch.
+test-readme: all
+	TEST_PYTHON=$(TEST_PYTHON) bash ctests/readme_examples.sh README.md python/README.md ctests/README.md
 
 # cecoll-perf's options, errors and nccl-tests output format (tools/perf/perf_test.py), host device.
 test-perf: all $(PERF) $(PLOT)
