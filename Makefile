@@ -1,19 +1,28 @@
 # cecoll: build, run, test, install.
-#   make          build/libcecoll.so and build/include/
+#   make          build/libcecoll.so (a link to libcecoll.so.$(VERSION)) and build/include/cecoll/
 #   make run      the main job: all four collectives on 4 ranks (host device, or the GPU where present),
 #                 with build/perf.json and the plot build/perf.png
 #   make plot     the same sweep, rendered by build/cecoll-plot as a separate step (needs Go's module proxy once)
-#   make test     Go tests (host device, with and without chaos, -race), then the C tests
+#   make test     Go tests (host device, with and without chaos, -race), the C tests, the READMEs' examples,
+#                 cecoll-perf's format, the Python tests
 #   make test-matrix  the whole correctness matrix on the host device (ctests/README.md)
 #   make fuzz     every fuzz target of the peer-facing decoders, FUZZTIME each (make test runs their seeds)
-#   make install  PREFIX=/usr/local
+#   make install  PREFIX=/usr/local   the library and its links, include/cecoll/, CMake and pkg-config files
 #   make install-dropin PREFIX=/usr/local   cecoll as libnccl.so.2 and librccl.so.1 in $(PREFIX)/lib/cecoll-dropin
 
 GO      ?= go
 CC      ?= gcc
 PREFIX  ?= /usr/local
 BUILD   := build
+# cecoll's own version (semantic; the NCCL API it speaks is nccl.h's): the
+# library's file name and SONAME, the CMake and pkg-config files.
+VERSION := $(shell cat VERSION)
+SONAME  := libcecoll.so.$(firstword $(subst ., ,$(VERSION)))
+LIBFILE := $(BUILD)/libcecoll.so.$(VERSION)
 LIB     := $(BUILD)/libcecoll.so
+NCCL_API := $(shell sed -n 's/^\#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/nccl.h | paste -sd.)
+HEADERS := $(BUILD)/include/cecoll/nccl.h $(BUILD)/include/cecoll/nccl_ce.h
+PKGFILES := $(BUILD)/cmake/cecollConfig.cmake $(BUILD)/cmake/cecollConfigVersion.cmake $(BUILD)/pkgconfig/cecoll.pc
 GOFILES := $(shell find export internal -name '*.go' -not -name '*_test.go') go.mod go.sum
 CFILES  := $(wildcard export/*.c export/*.h) export/exports.map include/nccl.h include/nccl_ce.h
 PERF    := $(BUILD)/cecoll-perf
@@ -23,20 +32,37 @@ PLOT    := $(BUILD)/cecoll-plot
 RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
-LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map"
+LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map -Wl,-soname,$(SONAME)"
 
-.PHONY: all run plot bench-mpi test test-layout test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
+.PHONY: all run plot bench-mpi test test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
 
-all: $(LIB) $(BUILD)/include/nccl.h $(BUILD)/include/nccl_ce.h
+all: $(LIB) $(HEADERS) $(PKGFILES)
 
-$(LIB): $(GOFILES) $(CFILES)
+$(LIBFILE): $(GOFILES) $(CFILES) VERSION
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -ldflags '$(LDFLAGS)' -o $@ ./export
-	@rm -f $(BUILD)/libcecoll.h  # cgo's generated header: include/ is the contract
+	@rm -f $(basename $@).h  # cgo's generated header: include/ is the contract
 
-$(BUILD)/include/%.h: include/%.h
-	@mkdir -p $(BUILD)/include
+# The names the linker (-lcecoll) and the loader (the SONAME) look for.
+$(LIB): $(LIBFILE)
+	ln -sf $(notdir $(LIBFILE)) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# Under cecoll/, so that -Ibuild/include never hides a real NCCL's nccl.h;
+# the rm takes away the copies earlier builds left in build/include/.
+$(BUILD)/include/cecoll/%.h: include/%.h
+	@mkdir -p $(BUILD)/include/cecoll
+	@rm -f $(BUILD)/include/$*.h
 	cp $< $@
+
+# The CMake package and pkg-config files make install copies (relocatable:
+# each finds the prefix from its own place).
+$(BUILD)/cmake/%.cmake: cmake/%.cmake.in VERSION include/nccl.h
+	@mkdir -p $(BUILD)/cmake
+	sed -e 's|@CECOLL_VERSION@|$(VERSION)|g' -e 's|@NCCL_API_VERSION@|$(NCCL_API)|g' $< >$@
+$(BUILD)/pkgconfig/cecoll.pc: cmake/cecoll.pc.in VERSION
+	@mkdir -p $(BUILD)/pkgconfig
+	sed -e 's|@CECOLL_VERSION@|$(VERSION)|g' $< >$@
 
 $(PERF): tools/perf/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
@@ -70,7 +96,7 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-layout test-go test-race test-chaos test-c test-perf test-python
+test: test-layout test-go test-race test-chaos test-c test-readme test-perf test-python
 	@echo "make test: all parts passed"
 
 # The product tree never refers to lab/ (measurement tooling, lab/README.md).
@@ -154,6 +180,11 @@ $(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ct
 test-matrix: all $(MATRIX)
 	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
 
+# Every example of the READMEs (blocks marked runnable), built and run twice as
+# the README says (ctests/readme_examples.sh); Python ones skipped loudly without torch.
+test-readme: all
+	TEST_PYTHON=$(TEST_PYTHON) bash ctests/readme_examples.sh README.md python/README.md ctests/README.md
+
 # cecoll-perf's options, errors and nccl-tests output format (tools/perf/perf_test.py), host device.
 test-perf: all $(PERF) $(PLOT)
 	$(TEST_PYTHON) tools/perf/perf_test.py $(PERF)
@@ -174,12 +205,15 @@ test-python: all
 	  echo "################################################################"; \
 	fi
 
+# The layout CMakeLists.txt's install makes too.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
-	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 include/nccl.h include/nccl_ce.h $(DESTDIR)$(PREFIX)/include/
-	install -d $(DESTDIR)$(PREFIX)/lib/cmake/cecoll
-	install -m 0644 cmake/cecollConfig.cmake.in $(DESTDIR)$(PREFIX)/lib/cmake/cecoll/cecollConfig.cmake
+	install -d $(DESTDIR)$(PREFIX)/lib/cmake/cecoll $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/cecoll
+	install -m 0755 $(LIBFILE) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(LIBFILE)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libcecoll.so
+	install -m 0644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/cecoll/
+	install -m 0644 $(BUILD)/cmake/cecollConfig.cmake $(BUILD)/cmake/cecollConfigVersion.cmake $(DESTDIR)$(PREFIX)/lib/cmake/cecoll/
+	install -m 0644 $(BUILD)/pkgconfig/cecoll.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 # Drop-in copies: cecoll with the SONAME of the library it stands in for, so
 # a program that needs libnccl.so.2 (or librccl.so.1) loads it from the

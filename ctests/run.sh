@@ -20,7 +20,8 @@
 # (caps and chaos rows run on the host device: CECOLL_BACKEND=host.)
 # test_multiproc (several processes through the TCP bootstrap; built with
 # mp_common.c) runs in the default row, caps=nopeerwrite and chaos=1 only,
-# the last two with a reduced set.
+# the last two with a reduced set. test_fork (a child forked after the
+# library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # its pairwise subset on the host device, plain and under
 # CECOLL_HOST_CHAOS=1,2,3 (the default environment only with --fast), each
@@ -37,10 +38,13 @@
 # forward=lib under chaos seeds 1-3 (the default environment only with
 # --fast: the three ways).
 # test_ncclenv (NCCL's environment: NCCL_DEBUG*, NCCL_COMM_ID, ...; its
-# children started with posix_spawn, built with mp_common.c) runs in the
-# default row only, with FAKE_NCCL naming the fake for its forward case.
-# Then the exported-symbol check (test_symbols.sh) and the CMake package
-# check (cmake_check.sh, skipped loudly without cmake). Prints a summary and
+# children started with posix_spawn, built with mp_common.c) and test_fork
+# run in the default row only, test_ncclenv with FAKE_NCCL naming the fake
+# for its forward case.
+# Then the exported-symbol check (test_symbols.sh), the install layout
+# and pkg-config check (install_check.sh, its pkg-config part skipped
+# loudly without pkg-config) and the CMake package check (cmake_check.sh,
+# skipped loudly without cmake). Prints a summary and
 # exits non-zero on any failure. Sized to take a few minutes on 2 cores.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,6 +57,7 @@ TIMEOUT=${CECOLL_TEST_TIMEOUT:-120}
 tests="api errors env allgather alltoall scatter gather"
 mptests="multiproc" # own rows; also linked with mp_common.c
 envtests="ncclenv"  # the default row only; also linked with mp_common.c
+onetests="fork"     # the default row only: the environment matrix does not touch what they check
 mode=all
 case "${1:-}" in
   --compile-only) mode=compile ;;
@@ -103,7 +108,7 @@ if [ "$mode" = compile ]; then
   else
     record "compile test_forward" FAIL ""
   fi
-  for t in $tests $mptests $envtests; do
+  for t in $tests $mptests $envtests $onetests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
       record "compile test_$t" PASS "syntax only"
     else
@@ -130,7 +135,7 @@ build() { # $1 test, $2 output dir, rest: extra flags
   case " $mptests $envtests " in *" $t "*) extra=("$here/mp_common.c") ;; esac
   $CC "${cflags[@]}" "$@" -o "$dir/test_$t" "$here/test_$t.c" "$here/common.c" "${extra[@]}" "${link[@]}" 2>"$dir/test_$t.build.log"
 }
-for t in $tests $mptests $envtests; do
+for t in $tests $mptests $envtests $onetests; do
   if build "$t" "$out"; then
     record "build test_$t" PASS ""
   else
@@ -253,6 +258,9 @@ done
 for t in $envtests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default "FAKE_NCCL=$fake/libnccl.so.2" --
 done
+for t in $onetests; do
+  run_one default "$t" "$out" CECOLL_TEST_ROW=default --
+done
 # Forward mode, the three ways in (see the top).
 fwd_env=(CECOLL_BACKEND=host CECOLL_ROUTE_BYTES=4K)
 run_one forward=lib forward "$out" "${fwd_env[@]}" "CECOLL_NCCL_LIB=$fake/libnccl.so.2" "FAKE_NCCL_LOG=$out/logs/fake.lib.log" --
@@ -346,6 +354,17 @@ else
   cat "$out/test_symbols.log"
 fi
 if [ "$mode" = all ]; then
+  bash "$here/install_check.sh" >"$out/install_check.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    record install_check.sh PASS "$(tail -1 "$out/install_check.log")"
+  elif [ "$rc" -eq 77 ]; then
+    echo "!!!! pkg-config not found: the pkg-config check is SKIPPED (the install layout passed) !!!!" >&2
+    record install_check.sh SKIP "pkg-config not found; $(tail -1 "$out/install_check.log")"
+  else
+    record install_check.sh FAIL "see $out/install_check.log"
+    tail -30 "$out/install_check.log"
+  fi
   CECOLL_LIB="$lib" bash "$here/cmake_check.sh" >"$out/cmake_check.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then

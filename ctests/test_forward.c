@@ -18,7 +18,7 @@
  * window; groups mixing both, and data passing between them on a stream;
  * registration with both; config pass-through and non-blocking init;
  * split; finalize, destroy and abort reaching the fake; errors from
- * either side; and, between processes: pairing, two processes on one
+ * either side; a forked child refused; and, between processes: pairing, two processes on one
  * device (the fake refuses the layout: CE-only, the rest refused with its
  * reason), and ranks that disagree on CECOLL_ROUTE.
  */
@@ -395,6 +395,46 @@ static void check_mixed_groups(void) {
   EXPECT(si.estimatedTime == 1.0f, "the fake's estimate: %g", si.estimatedTime);
 }
 
+/* A child forked after cecoll loaded is refused every call on a
+ * communicator, a routed and a forwarded one alike: nothing reaches the
+ * fake, nothing hangs (export/fork.c). */
+static int fork_child(void) {
+  int v = 0;
+  alarm(20);
+  EXPECT_RES(ncclAllGather(bufs[0][0], bufs[0][1], LARGE, ncclFloat32, comms[0], streams[0]), ncclInvalidUsage);
+  EXPECT_RES(ncclAllReduce(bufs[0][2], bufs[0][3], SMALL, ncclFloat32, ncclSum, comms[0], streams[0]),
+             ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(NULL), "ncclAllReduce: ") == ncclGetLastError(NULL) &&
+             strstr(ncclGetLastError(NULL), "forked") && strstr(ncclGetLastError(NULL), "spawn"),
+         "the forwarded call's refusal: %s", ncclGetLastError(NULL));
+  EXPECT_RES(ncclSend(bufs[0][2], SMALL, ncclFloat32, 1, comms[0], streams[0]), ncclInvalidUsage);
+  EXPECT_RES(ncclGroupStart(), ncclInvalidUsage);
+  EXPECT_RES(ncclCommDestroy(comms[1]), ncclInvalidUsage);
+  EXPECT_OK(ncclGetVersion(&v));
+  EXPECT(v == 23100, "the child's ncclGetVersion gave %d: not the real library's 23100", v);
+  return failed;
+}
+
+static void check_fork(void) {
+  set_case("forked child");
+  log_reset();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    EXPECT(0, "fork failed");
+    return;
+  }
+  if (pid == 0) _exit(fork_child() == 0 ? 0 : 1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child %s",
+         WIFSIGNALED(st) ? "hung or died" : "saw failures (above)");
+  EXPECT(log_count("", NULL) == 0, "the child's calls reached the fake: %d lines", log_count("", NULL));
+  /* The parent's communicators still run both ways. */
+  check_allgather(LARGE, 0);
+  check_allgather(SMALL, 1);
+}
+
 static void finish_all(void) {
   set_case("finalize and destroy");
   log_reset();
@@ -641,6 +681,7 @@ int main(int argc, char** argv) {
   check_routes();
   check_windows();
   check_mixed_groups();
+  check_fork();
   finish_all();
   check_threads();
   check_processes("pair", "0", "1", NULL);

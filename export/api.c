@@ -37,7 +37,14 @@ void xlast_set(const char* text, size_t n) {
 
 /* ---- forwarding ------------------------------------------------------------ */
 
-#define XENV() xenv()
+/* Every entry point that may enter Go: refused in a forked child (fork.c);
+ * else the first call copies the environment and looks for the real
+ * library. */
+#define XENTER()                                \
+  do {                                          \
+    if (xforked) return xfork_refuse(__func__); \
+    xenv();                                     \
+  } while (0)
 #define XALIAS(name) __attribute__((weak, alias("p" #name)))
 #define XHAVE(name) (xfwd_slot[XR_##name] != NULL)
 #define XCALL(name, args) ({ xinside++; __typeof__(XREAL(name) args) r_ = XREAL(name) args; xinside--; r_; })
@@ -50,7 +57,7 @@ static ncclResult_t xmissing(const char* name) { return goexp_xfwdRefuse((char*)
 #define XFWD(name, params, args)                                   \
   ncclResult_t p##name params {                                    \
     if (xinside && XHAVE(name)) return XREAL(name) args;           \
-    XENV();                                                        \
+    XENTER();                                                      \
     ncclResult_t r_ = goexp_##name args;                           \
     if (r_ == XSENT_RAW) return XHAVE(name) ? XCALL(name, args) : xmissing(#name); \
     return r_;                                                     \
@@ -62,7 +69,7 @@ static ncclResult_t xmissing(const char* name) { return goexp_xfwdRefuse((char*)
 #define XCOLL(name, params, args, rargs)                           \
   ncclResult_t p##name params {                                    \
     if (xinside && XHAVE(name)) return XREAL(name) args;           \
-    XENV();                                                        \
+    XENTER();                                                      \
     ncclResult_t r_ = goexp_##name args;                           \
     if (r_ == XSENT_RAW) return XHAVE(name) ? XCALL(name, args) : xmissing(#name); \
     if (r_ == XSENT_REAL) return XHAVE(name) ? XCALL(name, rargs) : xmissing(#name); \
@@ -150,7 +157,7 @@ static int xcollcfg_cta(const void* cfg) {
 #define XCOLLCFG(name, plain, params, goargs, args, rargs, pargs)                 \
   ncclResult_t p##name params {                                                \
     if (xinside && XHAVE(name)) return XREAL(name) args;                       \
-    XENV();                                                                    \
+    XENTER();                                                                  \
     ncclResult_t r_ = goexp_##plain##Config goargs;                            \
     if (r_ == XSENT_RAW) return XCFG_REAL(name, plain, args, pargs);           \
     if (r_ == XSENT_REAL) return XCFG_REAL(name, plain, rargs, pargs##Real);   \
@@ -187,7 +194,7 @@ XCOLLCFG(ncclScatterConfig, ncclScatter, XCOLLCFG_PARAMS_ROOT, XRGOARGS, XRARGS,
  * by it), else NCCL 2.28's code. */
 ncclResult_t pncclGetVersion(int* version) {
   if (xinside && XHAVE(ncclGetVersion)) return XREAL(ncclGetVersion)(version);
-  XENV();
+  if (!xforked) xenv(); /* a forked child answers from C */
   if (XHAVE(ncclGetVersion)) return XCALL(ncclGetVersion, (version));
   if (version == NULL) {
     static const char msg[] = "ncclGetVersion: NULL version";
@@ -224,7 +231,8 @@ const char* ncclGetErrorString(ncclResult_t result) XALIAS(ncclGetErrorString);
  * cecoll last set its own. */
 const char* pncclGetLastError(ncclComm_t comm) {
   if (xinside && XHAVE(ncclGetLastError)) return XREAL(ncclGetLastError)(comm);
-  XENV();
+  if (xforked) return xlast_buf; /* the fork refusal's text, from C */
+  xenv();
   if (comm != NULL) {
     const char* own = goexp_xlastComm(comm);
     if (own != NULL) return own;
@@ -239,45 +247,50 @@ const char* ncclGetLastError(ncclComm_t comm) XALIAS(ncclGetLastError);
 
 /* ---- nccl_ce.h ------------------------------------------------------------- */
 
-ncclResult_t ncclCeInit(ncclComm_t comm) { XENV(); return goexp_ncclCeInit(comm); }
-ncclResult_t ncclCeFinalize(ncclComm_t comm) { XENV(); return goexp_ncclCeFinalize(comm); }
+ncclResult_t ncclCeInit(ncclComm_t comm) { XENTER(); return goexp_ncclCeInit(comm); }
+ncclResult_t ncclCeFinalize(ncclComm_t comm) { XENTER(); return goexp_ncclCeFinalize(comm); }
 int ncclCeImplemented(ncclFunc_t coll, int redOp, ncclDataType_t type) {
-  XENV(); return goexp_ncclCeImplemented(coll, redOp, type);
+  if (xforked) { /* nothing runs in a forked child */
+    xfork_refuse(__func__);
+    return 0;
+  }
+  xenv();
+  return goexp_ncclCeImplemented(coll, redOp, type);
 }
 ncclResult_t ncclLaunchCeColl(ncclComm_t comm, const struct ncclCeCollArgs* args, cudaStream_t stream) {
-  XENV(); return goexp_ncclLaunchCeColl(comm, (struct ncclCeCollArgs*)args, stream);
+  XENTER(); return goexp_ncclLaunchCeColl(comm, (struct ncclCeCollArgs*)args, stream);
 }
 
-ncclResult_t cecollGetBackend(const char** name) { XENV(); return goexp_cecollGetBackend((char**)name); }
-ncclResult_t cecollGetDeviceCount(int* count) { XENV(); return goexp_cecollGetDeviceCount(count); }
-ncclResult_t cecollSetDevice(int device) { XENV(); return goexp_cecollSetDevice(device); }
-ncclResult_t cecollStreamCreate(cudaStream_t* stream) { XENV(); return goexp_cecollStreamCreate(stream); }
-ncclResult_t cecollStreamDestroy(cudaStream_t stream) { XENV(); return goexp_cecollStreamDestroy(stream); }
-ncclResult_t cecollStreamSynchronize(cudaStream_t stream) { XENV(); return goexp_cecollStreamSynchronize(stream); }
+ncclResult_t cecollGetBackend(const char** name) { XENTER(); return goexp_cecollGetBackend((char**)name); }
+ncclResult_t cecollGetDeviceCount(int* count) { XENTER(); return goexp_cecollGetDeviceCount(count); }
+ncclResult_t cecollSetDevice(int device) { XENTER(); return goexp_cecollSetDevice(device); }
+ncclResult_t cecollStreamCreate(cudaStream_t* stream) { XENTER(); return goexp_cecollStreamCreate(stream); }
+ncclResult_t cecollStreamDestroy(cudaStream_t stream) { XENTER(); return goexp_cecollStreamDestroy(stream); }
+ncclResult_t cecollStreamSynchronize(cudaStream_t stream) { XENTER(); return goexp_cecollStreamSynchronize(stream); }
 ncclResult_t cecollStreamWaitEvent(cudaStream_t stream, cecollEvent_t event) {
-  XENV(); return goexp_cecollStreamWaitEvent(stream, event);
+  XENTER(); return goexp_cecollStreamWaitEvent(stream, event);
 }
 ncclResult_t cecollMemcpy(void* dst, const void* src, size_t bytes) {
-  XENV(); return goexp_cecollMemcpy(dst, (void*)src, bytes);
+  XENTER(); return goexp_cecollMemcpy(dst, (void*)src, bytes);
 }
 ncclResult_t cecollMemcpyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  XENV(); return goexp_cecollMemcpyAsync(dst, (void*)src, bytes, stream);
+  XENTER(); return goexp_cecollMemcpyAsync(dst, (void*)src, bytes, stream);
 }
-ncclResult_t cecollMemset(void* dst, int value, size_t bytes) { XENV(); return goexp_cecollMemset(dst, value, bytes); }
-ncclResult_t cecollEventCreate(cecollEvent_t* event) { XENV(); return goexp_cecollEventCreate(event); }
+ncclResult_t cecollMemset(void* dst, int value, size_t bytes) { XENTER(); return goexp_cecollMemset(dst, value, bytes); }
+ncclResult_t cecollEventCreate(cecollEvent_t* event) { XENTER(); return goexp_cecollEventCreate(event); }
 ncclResult_t cecollEventRecord(cecollEvent_t event, cudaStream_t stream) {
-  XENV(); return goexp_cecollEventRecord(event, stream);
+  XENTER(); return goexp_cecollEventRecord(event, stream);
 }
-ncclResult_t cecollEventSynchronize(cecollEvent_t event) { XENV(); return goexp_cecollEventSynchronize(event); }
+ncclResult_t cecollEventSynchronize(cecollEvent_t event) { XENTER(); return goexp_cecollEventSynchronize(event); }
 ncclResult_t cecollEventElapsedTime(float* ms, cecollEvent_t start, cecollEvent_t end) {
-  XENV(); return goexp_cecollEventElapsedTime(ms, start, end);
+  XENTER(); return goexp_cecollEventElapsedTime(ms, start, end);
 }
-ncclResult_t cecollEventDestroy(cecollEvent_t event) { XENV(); return goexp_cecollEventDestroy(event); }
-ncclResult_t cecollStreamBeginCapture(cudaStream_t stream) { XENV(); return goexp_cecollStreamBeginCapture(stream); }
+ncclResult_t cecollEventDestroy(cecollEvent_t event) { XENTER(); return goexp_cecollEventDestroy(event); }
+ncclResult_t cecollStreamBeginCapture(cudaStream_t stream) { XENTER(); return goexp_cecollStreamBeginCapture(stream); }
 ncclResult_t cecollStreamEndCapture(cudaStream_t stream, cecollGraph_t* graph) {
-  XENV(); return goexp_cecollStreamEndCapture(stream, graph);
+  XENTER(); return goexp_cecollStreamEndCapture(stream, graph);
 }
 ncclResult_t cecollGraphLaunch(cecollGraph_t graph, cudaStream_t stream) {
-  XENV(); return goexp_cecollGraphLaunch(graph, stream);
+  XENTER(); return goexp_cecollGraphLaunch(graph, stream);
 }
-ncclResult_t cecollGraphDestroy(cecollGraph_t graph) { XENV(); return goexp_cecollGraphDestroy(graph); }
+ncclResult_t cecollGraphDestroy(cecollGraph_t graph) { XENTER(); return goexp_cecollGraphDestroy(graph); }

@@ -65,6 +65,11 @@ ncclResult_t xr_group_end(void);
 ncclResult_t xr_group_simulate_end(void* info);
 ncclResult_t xfwd_refuse(int index, void* comm, int why) __attribute__((visibility("hidden")));
 
+/* fork.c: set in a child forked after the library loaded, which must not
+ * enter Go; xfork_refuse sets the last error and answers ncclInvalidUsage. */
+extern int xforked;
+ncclResult_t xfork_refuse(const char* fn);
+
 /* Last-error text: a C-owned buffer (api.c), returned by ncclGetLastError. */
 void xlast_set(const char* text, size_t n);
 

@@ -16,16 +16,18 @@
 // exports.map and ctests/exported-symbols.txt from the API list
 // forward/nccl-2.31.api (NCCL 2.31 and RCCL's extras), by `go generate`.
 //
-// Build (build.sh):
+// Build (build.sh, or make): the file is named after cecoll's own version
+// (VERSION), with the SONAME libcecoll.so.MAJOR and links to it:
 //
-//	go build -buildmode=c-shared -o build/libcecoll.so \
-//	    -ldflags "-extldflags -Wl,--version-script=$PWD/export/exports.map" ./export
+//	go build -buildmode=c-shared -o build/libcecoll.so.$VERSION -ldflags \
+//	    "-extldflags '-Wl,--version-script=$PWD/export/exports.map -Wl,-soname,libcecoll.so.$MAJOR'" ./export
 //
 // Process rules for programs that load the library:
 //   - The Go runtime starts when the library loads; no work runs in init().
 //   - Do not fork after loading it without exec'ing at once: the child has
 //     the Go runtime's threads missing. Start other processes with
 //     posix_spawn or fork+exec; in Python use the "spawn" start method.
+//     fork.c refuses a forked child's calls in C, before they reach Go.
 //   - Never dlclose it: a Go runtime cannot be unloaded.
 //   - One Go runtime per process: do not load two Go c-shared libraries
 //     built from cecoll (or another Go c-shared library) into one process.

@@ -31,8 +31,11 @@ static void xenv_sync(void) { goexp_cecollSyncEnv(); }
 void xenv(void) { pthread_once(&xenv_once, xenv_sync); }
 
 /* Called by a stub whose slot was empty: the real library may not have
- * been looked up yet. */
-__attribute__((visibility("hidden"))) void xfwd_ensure(void) { xenv(); }
+ * been looked up yet. A forked child must not enter Go: its stubs go on
+ * to xfwd_refuse (fork.c). */
+__attribute__((visibility("hidden"))) void xfwd_ensure(void) {
+  if (!xforked) xenv();
+}
 
 /* ---- the loader ----------------------------------------------------------- */
 
@@ -228,7 +231,8 @@ ncclResult_t xr_group_simulate_end(void* info) {
  * communicator, 1: a window) that owns no real one. The caller gets the
  * refusal as this function's return value; void functions ignore it. */
 __attribute__((visibility("hidden"))) ncclResult_t xfwd_refuse(int index, void* comm, int why) {
-  xenv();
   if (index < 0 || index >= XR_COUNT) return ncclInternalError;
+  if (xforked) return xfork_refuse(xfwd_name[index]);
+  xenv();
   return goexp_xfwdRefuse((char*)xfwd_name[index], comm, why, xfwd_takes_comm[index]);
 }

@@ -2,8 +2,8 @@
  * calls that need no communicator peers. Prints the version on success. */
 #include <stdio.h>
 
-#include <nccl.h>
-#include <nccl_ce.h>
+#include <cecoll/nccl.h>
+#include <cecoll/nccl_ce.h>
 
 int main(void) {
   int version = 0, count = 0;

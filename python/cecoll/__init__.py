@@ -13,7 +13,8 @@ small torch.distributed-like API on top of it:
     pg.barrier()
     pg.destroy()
 
-Finding the library: $CECOLL_LIBRARY when set (and only it), else
+Finding the library: $CECOLL_LIBRARY when set (and only it: the file, or
+libcecoll.so in it when it is a folder such as build/), else
 libcecoll.so next to the package, else the repository's build/ folder.
 
 Errors: every ncclResult_t other than ncclSuccess raises CecollError, with

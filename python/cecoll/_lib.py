@@ -107,7 +107,10 @@ _lib_path = None
 def _candidates():
     env = os.environ.get("CECOLL_LIBRARY")
     if env:
-        # An explicit choice is never replaced by a silent fallback.
+        # An explicit choice is never replaced by a silent fallback. A folder
+        # (the build folder, an install's lib/) holds libcecoll.so.
+        if os.path.isdir(env):
+            return [os.path.join(env, "libcecoll.so")]
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
     return [

@@ -27,9 +27,11 @@ def test_dtype_without_nccl_type(dtype):
         cecoll.nccl_dtype(dtype)
 
 
-def test_library_search_order(monkeypatch):
+def test_library_search_order(monkeypatch, tmp_path):
     monkeypatch.setenv("CECOLL_LIBRARY", "/nowhere/libcecoll.so")
     assert _lib._candidates() == ["/nowhere/libcecoll.so"]
+    monkeypatch.setenv("CECOLL_LIBRARY", str(tmp_path))  # a folder: the build folder, as the README says
+    assert _lib._candidates() == [str(tmp_path / "libcecoll.so")]
     monkeypatch.delenv("CECOLL_LIBRARY")
     pkg = os.path.dirname(os.path.abspath(_lib.__file__))
     cands = _lib._candidates()
