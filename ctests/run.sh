@@ -36,7 +36,8 @@
 # preloaded (forward=preload), and linked to the fake with a copy of
 # cecoll as libnccl.so.2 first on LD_LIBRARY_PATH (forward=dropin); then
 # forward=lib under chaos seeds 1-3 (the default environment only with
-# --fast: the three ways).
+# --fast: the three ways). test_dropin_link.sh: a library using NCCL's
+# device API links against build/dropin/libnccl.so.2 and loads (torch).
 # test_ncclenv (NCCL's environment: NCCL_DEBUG*, NCCL_COMM_ID, ...; its
 # children started with posix_spawn, built with mp_common.c) and test_fork
 # run in the default row only, test_ncclenv with FAKE_NCCL naming the fake
@@ -267,6 +268,19 @@ run_one forward=lib forward "$out" "${fwd_env[@]}" "CECOLL_NCCL_LIB=$fake/libncc
 run_one forward=preload forward "$out/fl" "${fwd_env[@]}" "LD_PRELOAD=$lib" "FAKE_NCCL_LOG=$out/logs/fake.preload.log" --
 run_one forward=dropin forward "$out/fl" "${fwd_env[@]}" "LD_LIBRARY_PATH=$out/dropin:$fake" \
   "FAKE_NCCL_LOG=$out/logs/fake.dropin.log" --
+# The drop-in links and loads as torch's libtorch_cuda.so needs it (NCCL's
+# device API: test_dropin_link.sh); only make dropin's own build has the
+# SONAME libnccl.so.2.
+if [ -z "${CECOLL_LIB:-}" ] && [ -f "$root/build/dropin/libnccl.so.2" ] && ! [ "$root/build/dropin/libnccl.so.2" -ot "$lib" ]; then
+  if bash "$here/test_dropin_link.sh" "$root/build/dropin/libnccl.so.2" "$fake" >"$out/test_dropin_link.log" 2>&1; then
+    record test_dropin_link.sh PASS "$(tail -1 "$out/test_dropin_link.log")"
+  else
+    record test_dropin_link.sh FAIL "see $out/test_dropin_link.log"
+    cat "$out/test_dropin_link.log"
+  fi
+else
+  record test_dropin_link.sh SKIP "no current build/dropin/libnccl.so.2 (make dropin), or CECOLL_LIB set"
+fi
 if [ "$mode" = all ]; then
   for seed in 1 2 3; do
     run_one "forward=lib,chaos=$seed" forward "$out" "${fwd_env[@]}" CECOLL_HOST_CHAOS=$seed \

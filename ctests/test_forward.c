@@ -16,7 +16,9 @@
  * fake); routing by size, window and CTA policy; forwarded reductions,
  * Reduce with the communicator on the stack, Send/Recv, stubs that swap a
  * window; groups mixing both, and data passing between them on a stream;
- * registration with both; config pass-through and non-blocking init;
+ * registration with both; NCCL's device API (ncclDevCommCreate/Destroy,
+ * ncclTeamWorld's struct returned by value, a function the fake lacks
+ * refused with a zeroed team); config pass-through and non-blocking init;
  * split; finalize, destroy and abort reaching the fake; errors from
  * either side; a forked child refused; and, between processes: pairing, two processes on one
  * device (the fake refuses the layout: CE-only, the rest refused with its
@@ -37,6 +39,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "fake-nccl/devapi.h"
 
 /* NCCL 2.29+ functions cecoll forwards (include/nccl.h is 2.28's). */
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** out);
@@ -352,6 +355,47 @@ static void check_windows(void) {
   EXPECT_OK(ncclCommDeregister(comms[0], reg));
   EXPECT(log_count("Register", "size=4096", NULL) == 1 && log_count("Deregister", NULL) >= 1, "ncclCommRegister with both");
   for (int r = 0; r < N; r++) EXPECT_OK(ncclMemFree(mem[r]));
+}
+
+/* NCCL's device API (2.28+; torch 2.11 links ncclDevCommCreate/Destroy):
+ * cecoll's stubs swap the communicator for the fake's, and ncclTeamWorld's
+ * struct comes back by value intact. A function the fake lacks
+ * (ncclTeamLsa) is refused with a zeroed team and the reason. */
+static void check_device(void) {
+  static char reqs[64]; /* NCCL's requirements are opaque here: the fake only checks the pointer */
+  ncclDevComm_t dc[N];
+  Dl_info stub, helper;
+  set_case("device API");
+  void* p = dlsym(RTLD_DEFAULT, "ncclDevCommCreate");
+  EXPECT(p != NULL && dladdr(p, &stub) && dladdr(*(void**)&cSetDevice, &helper) && stub.dli_fbase == helper.dli_fbase,
+         "ncclDevCommCreate is not cecoll's (%s)", p && dladdr(p, &stub) ? stub.dli_fname : "none");
+  log_reset();
+  for (int r = 0; r < N; r++) {
+    memset(&dc[r], 0, sizeof dc[r]);
+    EXPECT_OK(ncclDevCommCreate(comms[r], (const ncclDevCommRequirements_t*)reqs, &dc[r]));
+    EXPECT(dc[r].rank == r && dc[r].nRanks == N, "rank %d: the device communicator says rank %d of %d", r, dc[r].rank,
+           dc[r].nRanks);
+    ncclTeam_t t = ncclTeamWorld(comms[r]);
+    EXPECT(t.nRanks == N && t.rank == r && t.stride == 1, "rank %d: ncclTeamWorld gave {%d, %d, %d}, want {%d, %d, 1}", r,
+           t.nRanks, t.rank, t.stride, N, r);
+  }
+  EXPECT(log_count("DevCommCreate", NULL) == N, "the fake made %d device communicators", log_count("DevCommCreate", NULL));
+  EXPECT(log_count("TeamWorld", NULL) == N, "the fake's ncclTeamWorld ran %d times", log_count("TeamWorld", NULL));
+  for (int r = 0; r < N; r++) EXPECT_OK(ncclDevCommDestroy(comms[r], &dc[r]));
+  EXPECT(log_count("DevCommDestroy", NULL) == N, "the fake destroyed %d device communicators",
+         log_count("DevCommDestroy", NULL));
+
+  set_case("device API: a function the fake lacks");
+  ncclTeam_t (*team_lsa)(ncclComm_t);
+  *(void**)&team_lsa = dlsym(RTLD_DEFAULT, "ncclTeamLsa");
+  EXPECT(team_lsa != NULL, "cecoll does not export ncclTeamLsa");
+  if (team_lsa != NULL) {
+    ncclTeam_t t = team_lsa(comms[1]);
+    EXPECT(t.nRanks == 0 && t.rank == 0 && t.stride == 0, "ncclTeamLsa refused: {%d, %d, %d}, want zeros", t.nRanks,
+           t.rank, t.stride);
+    EXPECT(strstr(ncclGetLastError(NULL), "ncclTeamLsa") != NULL, "the refusal does not name the call: %s",
+           ncclGetLastError(NULL));
+  }
 }
 
 static void check_mixed_groups(void) {
@@ -680,6 +724,7 @@ int main(int argc, char** argv) {
   init_all();
   check_routes();
   check_windows();
+  check_device();
   check_mixed_groups();
   check_fork();
   finish_all();

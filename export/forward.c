@@ -236,3 +236,17 @@ __attribute__((visibility("hidden"))) ncclResult_t xfwd_refuse(int index, void* 
   xenv();
   return goexp_xfwdRefuse((char*)xfwd_name[index], comm, why, xfwd_takes_comm[index]);
 }
+
+/* The refusal of a stub whose function does not return ncclResult_t (int,
+ * a pointer, void, ncclTeam_t): logged and recorded as xfwd_refuse's, and
+ * the caller gets zero. Sixteen zero bytes of integer class come back in
+ * rax:rdx (x86-64) or x0:x1 (arm64), where any such value of up to 16
+ * bytes is returned. */
+struct xfwd_zero {
+  uint64_t lo, hi;
+};
+__attribute__((visibility("hidden"))) struct xfwd_zero xfwd_refuse_zero(int index, void* comm, int why) {
+  struct xfwd_zero z = {0, 0};
+  (void)xfwd_refuse(index, comm, why);
+  return z;
+}

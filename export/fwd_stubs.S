@@ -8,13 +8,17 @@
  * first call before the real library was looked up calls xfwd_lazy (which
  * keeps the argument registers) and tries again; with no real function,
  * or a cecoll handle that owns no real one, it jumps to
- * xfwd_refuse(index, comm, why), which returns the refusal to the caller.
- * why: 0 the communicator, 1 a window, 2 no real function. */
+ * xfwd_refuse(index, comm, why), which returns the refusal to the caller,
+ * or, for a function that does not return ncclResult_t, to
+ * xfwd_refuse_zero, which logs the same refusal and returns zero (0, NULL,
+ * a zeroed struct). why: 0 the communicator, 1 a window, 2 no real
+ * function. */
 
 #if defined(__x86_64__)
 	.text
 	.hidden xfwd_slot
 	.hidden xfwd_refuse
+	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
 /* Calls xfwd_ensure() keeping every argument register. */
@@ -96,18 +100,18 @@ ncclCommRevoke:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $10, %edi
 	movq %rdi, %rsi
+	movl $10, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $10, %edi
 	movq %rdi, %rsi
+	movl $10, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $10, %edi
 	movq %rdi, %rsi
+	movl $10, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommRevoke, .-pncclCommRevoke
@@ -154,18 +158,18 @@ ncclCommGetUniqueId:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $13, %edi
 	movq %rdi, %rsi
+	movl $13, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $13, %edi
 	movq %rdi, %rsi
+	movl $13, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $13, %edi
 	movq %rdi, %rsi
+	movl $13, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommGetUniqueId, .-pncclCommGetUniqueId
@@ -212,18 +216,18 @@ ncclCommGrow:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $14, %edi
 	movq %rdi, %rsi
+	movl $14, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $14, %edi
 	movq %rdi, %rsi
+	movl $14, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $14, %edi
 	movq %rdi, %rsi
+	movl $14, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommGrow, .-pncclCommGrow
@@ -248,20 +252,20 @@ ncclResetDebugInit:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $18, %edi
 	xorl %esi, %esi
+	movl $18, %edi
 	movl $0, %edx
-	jmp xfwd_refuse
+	jmp xfwd_refuse_zero
 8:
-	movl $18, %edi
 	xorl %esi, %esi
+	movl $18, %edi
 	movl $1, %edx
-	jmp xfwd_refuse
+	jmp xfwd_refuse_zero
 9:
-	movl $18, %edi
 	xorl %esi, %esi
+	movl $18, %edi
 	movl $2, %edx
-	jmp xfwd_refuse
+	jmp xfwd_refuse_zero
 	.size pncclResetDebugInit, .-pncclResetDebugInit
 	.size ncclResetDebugInit, .-ncclResetDebugInit
 
@@ -306,18 +310,18 @@ ncclCommSuspend:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $25, %edi
 	movq %rdi, %rsi
+	movl $25, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $25, %edi
 	movq %rdi, %rsi
+	movl $25, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $25, %edi
 	movq %rdi, %rsi
+	movl $25, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommSuspend, .-pncclCommSuspend
@@ -364,18 +368,18 @@ ncclCommResume:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $26, %edi
 	movq %rdi, %rsi
+	movl $26, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $26, %edi
 	movq %rdi, %rsi
+	movl $26, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $26, %edi
 	movq %rdi, %rsi
+	movl $26, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommResume, .-pncclCommResume
@@ -422,18 +426,18 @@ ncclCommMemStats:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $27, %edi
 	movq %rdi, %rsi
+	movl $27, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $27, %edi
 	movq %rdi, %rsi
+	movl $27, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $27, %edi
 	movq %rdi, %rsi
+	movl $27, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclCommMemStats, .-pncclCommMemStats
@@ -502,18 +506,18 @@ ncclWinGetUserPtr:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $30, %edi
 	movq %rdi, %rsi
+	movl $30, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $30, %edi
 	movq %rdi, %rsi
+	movl $30, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $30, %edi
 	movq %rdi, %rsi
+	movl $30, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclWinGetUserPtr, .-pncclWinGetUserPtr
@@ -560,18 +564,18 @@ ncclRedOpCreatePreMulSum:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $31, %edi
 	movq %r8, %rsi
+	movl $31, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $31, %edi
 	movq %r8, %rsi
+	movl $31, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $31, %edi
 	movq %r8, %rsi
+	movl $31, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclRedOpCreatePreMulSum, .-pncclRedOpCreatePreMulSum
@@ -618,18 +622,18 @@ ncclRedOpDestroy:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $32, %edi
 	movq %rsi, %rsi
+	movl $32, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $32, %edi
 	movq %rsi, %rsi
+	movl $32, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $32, %edi
 	movq %rsi, %rsi
+	movl $32, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclRedOpDestroy, .-pncclRedOpDestroy
@@ -676,18 +680,18 @@ ncclReduce:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $33, %edi
 	movq 8(%rsp), %rsi
+	movl $33, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $33, %edi
 	movq 8(%rsp), %rsi
+	movl $33, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $33, %edi
 	movq 8(%rsp), %rsi
+	movl $33, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclReduce, .-pncclReduce
@@ -734,18 +738,18 @@ ncclBcast:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $34, %edi
 	movq %r8, %rsi
+	movl $34, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $34, %edi
 	movq %r8, %rsi
+	movl $34, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $34, %edi
 	movq %r8, %rsi
+	movl $34, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclBcast, .-pncclBcast
@@ -792,18 +796,18 @@ ncclBroadcast:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $35, %edi
 	movq %r9, %rsi
+	movl $35, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $35, %edi
 	movq %r9, %rsi
+	movl $35, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $35, %edi
 	movq %r9, %rsi
+	movl $35, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclBroadcast, .-pncclBroadcast
@@ -850,18 +854,18 @@ ncclAllReduce:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $36, %edi
 	movq %r9, %rsi
+	movl $36, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $36, %edi
 	movq %r9, %rsi
+	movl $36, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $36, %edi
 	movq %r9, %rsi
+	movl $36, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclAllReduce, .-pncclAllReduce
@@ -908,18 +912,18 @@ ncclReduceScatter:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $37, %edi
 	movq %r9, %rsi
+	movl $37, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $37, %edi
 	movq %r9, %rsi
+	movl $37, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $37, %edi
 	movq %r9, %rsi
+	movl $37, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclReduceScatter, .-pncclReduceScatter
@@ -966,18 +970,18 @@ ncclAllReduceConfig:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $42, %edi
 	movq %r9, %rsi
+	movl $42, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $42, %edi
 	movq %r9, %rsi
+	movl $42, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $42, %edi
 	movq %r9, %rsi
+	movl $42, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclAllReduceConfig, .-pncclAllReduceConfig
@@ -1024,18 +1028,18 @@ ncclBroadcastConfig:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $43, %edi
 	movq %r9, %rsi
+	movl $43, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $43, %edi
 	movq %r9, %rsi
+	movl $43, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $43, %edi
 	movq %r9, %rsi
+	movl $43, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclBroadcastConfig, .-pncclBroadcastConfig
@@ -1082,18 +1086,18 @@ ncclReduceConfig:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $44, %edi
 	movq 8(%rsp), %rsi
+	movl $44, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $44, %edi
 	movq 8(%rsp), %rsi
+	movl $44, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $44, %edi
 	movq 8(%rsp), %rsi
+	movl $44, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclReduceConfig, .-pncclReduceConfig
@@ -1140,18 +1144,18 @@ ncclReduceScatterConfig:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $46, %edi
 	movq %r9, %rsi
+	movl $46, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $46, %edi
 	movq %r9, %rsi
+	movl $46, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $46, %edi
 	movq %r9, %rsi
+	movl $46, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclReduceScatterConfig, .-pncclReduceScatterConfig
@@ -1198,18 +1202,18 @@ ncclSend:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $50, %edi
 	movq %r8, %rsi
+	movl $50, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $50, %edi
 	movq %r8, %rsi
+	movl $50, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $50, %edi
 	movq %r8, %rsi
+	movl $50, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclSend, .-pncclSend
@@ -1256,18 +1260,18 @@ ncclRecv:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $51, %edi
 	movq %r8, %rsi
+	movl $51, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $51, %edi
 	movq %r8, %rsi
+	movl $51, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $51, %edi
 	movq %r8, %rsi
+	movl $51, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclRecv, .-pncclRecv
@@ -1336,18 +1340,18 @@ ncclPutSignal:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $52, %edi
 	movq 32(%rsp), %rsi
+	movl $52, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $52, %edi
 	movq 32(%rsp), %rsi
+	movl $52, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $52, %edi
 	movq 32(%rsp), %rsi
+	movl $52, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclPutSignal, .-pncclPutSignal
@@ -1394,18 +1398,18 @@ ncclSignal:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $53, %edi
 	movq %r8, %rsi
+	movl $53, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $53, %edi
 	movq %r8, %rsi
+	movl $53, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $53, %edi
 	movq %r8, %rsi
+	movl $53, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclSignal, .-pncclSignal
@@ -1452,18 +1456,18 @@ ncclWaitSignal:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $54, %edi
 	movq %rdx, %rsi
+	movl $54, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $54, %edi
 	movq %rdx, %rsi
+	movl $54, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $54, %edi
 	movq %rdx, %rsi
+	movl $54, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclWaitSignal, .-pncclWaitSignal
@@ -1488,18 +1492,18 @@ ncclParamBind:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $58, %edi
 	xorl %esi, %esi
+	movl $58, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $58, %edi
 	xorl %esi, %esi
+	movl $58, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $58, %edi
 	xorl %esi, %esi
+	movl $58, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamBind, .-pncclParamBind
@@ -1524,18 +1528,18 @@ ncclParamGetI8:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $59, %edi
 	xorl %esi, %esi
+	movl $59, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $59, %edi
 	xorl %esi, %esi
+	movl $59, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $59, %edi
 	xorl %esi, %esi
+	movl $59, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetI8, .-pncclParamGetI8
@@ -1560,18 +1564,18 @@ ncclParamGetI16:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $60, %edi
 	xorl %esi, %esi
+	movl $60, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $60, %edi
 	xorl %esi, %esi
+	movl $60, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $60, %edi
 	xorl %esi, %esi
+	movl $60, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetI16, .-pncclParamGetI16
@@ -1596,18 +1600,18 @@ ncclParamGetI32:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $61, %edi
 	xorl %esi, %esi
+	movl $61, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $61, %edi
 	xorl %esi, %esi
+	movl $61, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $61, %edi
 	xorl %esi, %esi
+	movl $61, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetI32, .-pncclParamGetI32
@@ -1632,18 +1636,18 @@ ncclParamGetI64:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $62, %edi
 	xorl %esi, %esi
+	movl $62, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $62, %edi
 	xorl %esi, %esi
+	movl $62, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $62, %edi
 	xorl %esi, %esi
+	movl $62, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetI64, .-pncclParamGetI64
@@ -1668,18 +1672,18 @@ ncclParamGetU8:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $63, %edi
 	xorl %esi, %esi
+	movl $63, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $63, %edi
 	xorl %esi, %esi
+	movl $63, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $63, %edi
 	xorl %esi, %esi
+	movl $63, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetU8, .-pncclParamGetU8
@@ -1704,18 +1708,18 @@ ncclParamGetU16:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $64, %edi
 	xorl %esi, %esi
+	movl $64, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $64, %edi
 	xorl %esi, %esi
+	movl $64, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $64, %edi
 	xorl %esi, %esi
+	movl $64, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetU16, .-pncclParamGetU16
@@ -1740,18 +1744,18 @@ ncclParamGetU32:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $65, %edi
 	xorl %esi, %esi
+	movl $65, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $65, %edi
 	xorl %esi, %esi
+	movl $65, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $65, %edi
 	xorl %esi, %esi
+	movl $65, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetU32, .-pncclParamGetU32
@@ -1776,18 +1780,18 @@ ncclParamGetU64:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $66, %edi
 	xorl %esi, %esi
+	movl $66, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $66, %edi
 	xorl %esi, %esi
+	movl $66, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $66, %edi
 	xorl %esi, %esi
+	movl $66, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetU64, .-pncclParamGetU64
@@ -1812,18 +1816,18 @@ ncclParamGetStr:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $67, %edi
 	xorl %esi, %esi
+	movl $67, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $67, %edi
 	xorl %esi, %esi
+	movl $67, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $67, %edi
 	xorl %esi, %esi
+	movl $67, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetStr, .-pncclParamGetStr
@@ -1848,18 +1852,18 @@ ncclParamGet:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $68, %edi
 	xorl %esi, %esi
+	movl $68, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $68, %edi
 	xorl %esi, %esi
+	movl $68, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $68, %edi
 	xorl %esi, %esi
+	movl $68, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGet, .-pncclParamGet
@@ -1884,18 +1888,18 @@ ncclParamGetParameter:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $69, %edi
 	xorl %esi, %esi
+	movl $69, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $69, %edi
 	xorl %esi, %esi
+	movl $69, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $69, %edi
 	xorl %esi, %esi
+	movl $69, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetParameter, .-pncclParamGetParameter
@@ -1920,18 +1924,18 @@ ncclParamGetAllParameterKeys:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $70, %edi
 	xorl %esi, %esi
+	movl $70, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $70, %edi
 	xorl %esi, %esi
+	movl $70, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $70, %edi
 	xorl %esi, %esi
+	movl $70, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclParamGetAllParameterKeys, .-pncclParamGetAllParameterKeys
@@ -1956,22 +1960,630 @@ ncclParamDumpAll:
 	jz 9f
 	jmpq *%r10
 7:
-	movl $71, %edi
 	xorl %esi, %esi
+	movl $71, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	xorl %esi, %esi
+	movl $71, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	xorl %esi, %esi
+	movl $71, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclParamDumpAll, .-pncclParamDumpAll
+	.size ncclParamDumpAll, .-ncclParamDumpAll
+
+/* ncclResult_t ncclDevCommCreate(ncclComm_t, const ncclDevCommRequirements_t*, ncclDevComm_t*) */
+	.globl pncclDevCommCreate
+	.type pncclDevCommCreate, @function
+	.weak ncclDevCommCreate
+	.type ncclDevCommCreate, @function
+	.p2align 4
+pncclDevCommCreate:
+ncclDevCommCreate:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+576(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+576(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $72, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $71, %edi
-	xorl %esi, %esi
+	movq %rdi, %rsi
+	movl $72, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $71, %edi
-	xorl %esi, %esi
+	movq %rdi, %rsi
+	movl $72, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
-	.size pncclParamDumpAll, .-pncclParamDumpAll
-	.size ncclParamDumpAll, .-ncclParamDumpAll
+	.size pncclDevCommCreate, .-pncclDevCommCreate
+	.size ncclDevCommCreate, .-ncclDevCommCreate
+
+/* ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm_t*) */
+	.globl pncclDevCommDestroy
+	.type pncclDevCommDestroy, @function
+	.weak ncclDevCommDestroy
+	.type ncclDevCommDestroy, @function
+	.p2align 4
+pncclDevCommDestroy:
+ncclDevCommDestroy:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+584(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+584(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $73, %edi
+	movl $0, %edx
+	jmp xfwd_refuse
+8:
+	movq %rdi, %rsi
+	movl $73, %edi
+	movl $1, %edx
+	jmp xfwd_refuse
+9:
+	movq %rdi, %rsi
+	movl $73, %edi
+	movl $2, %edx
+	jmp xfwd_refuse
+	.size pncclDevCommDestroy, .-pncclDevCommDestroy
+	.size ncclDevCommDestroy, .-ncclDevCommDestroy
+
+/* ncclTeam_t ncclTeamWorld(ncclComm_t) */
+	.globl pncclTeamWorld
+	.type pncclTeamWorld, @function
+	.weak ncclTeamWorld
+	.type ncclTeamWorld, @function
+	.p2align 4
+pncclTeamWorld:
+ncclTeamWorld:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+592(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+592(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $74, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	movq %rdi, %rsi
+	movl $74, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	movq %rdi, %rsi
+	movl $74, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclTeamWorld, .-pncclTeamWorld
+	.size ncclTeamWorld, .-ncclTeamWorld
+
+/* ncclTeam_t ncclTeamLsa(ncclComm_t) */
+	.globl pncclTeamLsa
+	.type pncclTeamLsa, @function
+	.weak ncclTeamLsa
+	.type ncclTeamLsa, @function
+	.p2align 4
+pncclTeamLsa:
+ncclTeamLsa:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+600(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+600(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $75, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	movq %rdi, %rsi
+	movl $75, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	movq %rdi, %rsi
+	movl $75, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclTeamLsa, .-pncclTeamLsa
+	.size ncclTeamLsa, .-ncclTeamLsa
+
+/* ncclTeam_t ncclTeamRail(ncclComm_t) */
+	.globl pncclTeamRail
+	.type pncclTeamRail, @function
+	.weak ncclTeamRail
+	.type ncclTeamRail, @function
+	.p2align 4
+pncclTeamRail:
+ncclTeamRail:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+608(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+608(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $76, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	movq %rdi, %rsi
+	movl $76, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	movq %rdi, %rsi
+	movl $76, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclTeamRail, .-pncclTeamRail
+	.size ncclTeamRail, .-ncclTeamRail
+
+/* int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int) */
+	.globl pncclTeamRankToWorld
+	.type pncclTeamRankToWorld, @function
+	.weak ncclTeamRankToWorld
+	.type ncclTeamRankToWorld, @function
+	.p2align 4
+pncclTeamRankToWorld:
+ncclTeamRankToWorld:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+616(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+616(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $77, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	movq %rdi, %rsi
+	movl $77, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	movq %rdi, %rsi
+	movl $77, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclTeamRankToWorld, .-pncclTeamRankToWorld
+	.size ncclTeamRankToWorld, .-ncclTeamRankToWorld
+
+/* int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t, int) */
+	.globl pncclTeamRankToLsa
+	.type pncclTeamRankToLsa, @function
+	.weak ncclTeamRankToLsa
+	.type ncclTeamRankToLsa, @function
+	.p2align 4
+pncclTeamRankToLsa:
+ncclTeamRankToLsa:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+624(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+624(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $78, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	movq %rdi, %rsi
+	movl $78, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	movq %rdi, %rsi
+	movl $78, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclTeamRankToLsa, .-pncclTeamRankToLsa
+	.size ncclTeamRankToLsa, .-ncclTeamRankToLsa
+
+/* ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclLsaBarrierCreateRequirement
+	.type pncclLsaBarrierCreateRequirement, @function
+	.weak ncclLsaBarrierCreateRequirement
+	.type ncclLsaBarrierCreateRequirement, @function
+	.p2align 4
+pncclLsaBarrierCreateRequirement:
+ncclLsaBarrierCreateRequirement:
+	movq xfwd_slot+632(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq xfwd_slot+632(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	xorl %esi, %esi
+	movl $79, %edi
+	movl $0, %edx
+	jmp xfwd_refuse
+8:
+	xorl %esi, %esi
+	movl $79, %edi
+	movl $1, %edx
+	jmp xfwd_refuse
+9:
+	xorl %esi, %esi
+	movl $79, %edi
+	movl $2, %edx
+	jmp xfwd_refuse
+	.size pncclLsaBarrierCreateRequirement, .-pncclLsaBarrierCreateRequirement
+	.size ncclLsaBarrierCreateRequirement, .-ncclLsaBarrierCreateRequirement
+
+/* ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclGinBarrierCreateRequirement
+	.type pncclGinBarrierCreateRequirement, @function
+	.weak ncclGinBarrierCreateRequirement
+	.type ncclGinBarrierCreateRequirement, @function
+	.p2align 4
+pncclGinBarrierCreateRequirement:
+ncclGinBarrierCreateRequirement:
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+640(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq %rdi, %rax
+	testq %rax, %rax
+	jz 5f
+	movabsq $0x63656d6d6f63, %r11
+	cmpq %r11, (%rax)
+	jne 5f
+	movq 16(%rax), %rax
+	testq %rax, %rax
+	jz 7f
+	movq %rax, %rdi
+5:
+	movq xfwd_slot+640(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	movq %rdi, %rsi
+	movl $80, %edi
+	movl $0, %edx
+	jmp xfwd_refuse
+8:
+	movq %rdi, %rsi
+	movl $80, %edi
+	movl $1, %edx
+	jmp xfwd_refuse
+9:
+	movq %rdi, %rsi
+	movl $80, %edi
+	movl $2, %edx
+	jmp xfwd_refuse
+	.size pncclGinBarrierCreateRequirement, .-pncclGinBarrierCreateRequirement
+	.size ncclGinBarrierCreateRequirement, .-ncclGinBarrierCreateRequirement
+
+/* int ncclLLA2ACalcSlots(int, int) */
+	.globl pncclLLA2ACalcSlots
+	.type pncclLLA2ACalcSlots, @function
+	.weak ncclLLA2ACalcSlots
+	.type ncclLLA2ACalcSlots, @function
+	.p2align 4
+pncclLLA2ACalcSlots:
+ncclLLA2ACalcSlots:
+	movq xfwd_slot+648(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq xfwd_slot+648(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	xorl %esi, %esi
+	movl $81, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	xorl %esi, %esi
+	movl $81, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	xorl %esi, %esi
+	movl $81, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclLLA2ACalcSlots, .-pncclLLA2ACalcSlots
+	.size ncclLLA2ACalcSlots, .-ncclLLA2ACalcSlots
+
+/* ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclLLA2ACreateRequirement
+	.type pncclLLA2ACreateRequirement, @function
+	.weak ncclLLA2ACreateRequirement
+	.type ncclLLA2ACreateRequirement, @function
+	.p2align 4
+pncclLLA2ACreateRequirement:
+ncclLLA2ACreateRequirement:
+	movq xfwd_slot+656(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq xfwd_slot+656(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	xorl %esi, %esi
+	movl $82, %edi
+	movl $0, %edx
+	jmp xfwd_refuse
+8:
+	xorl %esi, %esi
+	movl $82, %edi
+	movl $1, %edx
+	jmp xfwd_refuse
+9:
+	xorl %esi, %esi
+	movl $82, %edi
+	movl $2, %edx
+	jmp xfwd_refuse
+	.size pncclLLA2ACreateRequirement, .-pncclLLA2ACreateRequirement
+	.size ncclLLA2ACreateRequirement, .-ncclLLA2ACreateRequirement
+
+/* void ncclResetDebugInitInternal() */
+	.globl pncclResetDebugInitInternal
+	.type pncclResetDebugInitInternal, @function
+	.weak ncclResetDebugInitInternal
+	.type ncclResetDebugInitInternal, @function
+	.p2align 4
+pncclResetDebugInitInternal:
+ncclResetDebugInitInternal:
+	movq xfwd_slot+664(%rip), %r10
+	testq %r10, %r10
+	jz 1f
+	jmpq *%r10
+1:
+	callq xfwd_lazy
+	movq xfwd_slot+664(%rip), %r10
+	testq %r10, %r10
+	jz 9f
+	jmpq *%r10
+7:
+	xorl %esi, %esi
+	movl $83, %edi
+	movl $0, %edx
+	jmp xfwd_refuse_zero
+8:
+	xorl %esi, %esi
+	movl $83, %edi
+	movl $1, %edx
+	jmp xfwd_refuse_zero
+9:
+	xorl %esi, %esi
+	movl $83, %edi
+	movl $2, %edx
+	jmp xfwd_refuse_zero
+	.size pncclResetDebugInitInternal, .-pncclResetDebugInitInternal
+	.size ncclResetDebugInitInternal, .-ncclResetDebugInitInternal
 
 /* ncclResult_t ncclAllToAllv(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*, ncclDataType_t, ncclComm_t, cudaStream_t) */
 	.globl pncclAllToAllv
@@ -1992,7 +2604,7 @@ ncclAllToAllv:
 	jz 7f
 	movq %rax, 16(%rsp)
 5:
-	movq xfwd_slot+584(%rip), %r10
+	movq xfwd_slot+680(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
@@ -2009,23 +2621,23 @@ ncclAllToAllv:
 	jz 7f
 	movq %rax, 16(%rsp)
 5:
-	movq xfwd_slot+584(%rip), %r10
+	movq xfwd_slot+680(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
 7:
-	movl $73, %edi
 	movq 16(%rsp), %rsi
+	movl $85, %edi
 	movl $0, %edx
 	jmp xfwd_refuse
 8:
-	movl $73, %edi
 	movq 16(%rsp), %rsi
+	movl $85, %edi
 	movl $1, %edx
 	jmp xfwd_refuse
 9:
-	movl $73, %edi
 	movq 16(%rsp), %rsi
+	movl $85, %edi
 	movl $2, %edx
 	jmp xfwd_refuse
 	.size pncclAllToAllv, .-pncclAllToAllv
@@ -2035,6 +2647,7 @@ ncclAllToAllv:
 	.text
 	.hidden xfwd_slot
 	.hidden xfwd_refuse
+	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
 /* Calls xfwd_ensure() keeping every argument register. */
@@ -2115,18 +2728,18 @@ ncclCommRevoke:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #10
 	mov x1, x0
+	mov w0, #10
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #10
 	mov x1, x0
+	mov w0, #10
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #10
 	mov x1, x0
+	mov w0, #10
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommRevoke, .-pncclCommRevoke
@@ -2181,18 +2794,18 @@ ncclCommGetUniqueId:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #13
 	mov x1, x0
+	mov w0, #13
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #13
 	mov x1, x0
+	mov w0, #13
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #13
 	mov x1, x0
+	mov w0, #13
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommGetUniqueId, .-pncclCommGetUniqueId
@@ -2247,18 +2860,18 @@ ncclCommGrow:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #14
 	mov x1, x0
+	mov w0, #14
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #14
 	mov x1, x0
+	mov w0, #14
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #14
 	mov x1, x0
+	mov w0, #14
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommGrow, .-pncclCommGrow
@@ -2287,20 +2900,20 @@ ncclResetDebugInit:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #18
 	mov x1, xzr
+	mov w0, #18
 	mov w2, #0
-	b xfwd_refuse
+	b xfwd_refuse_zero
 8:
-	mov w0, #18
 	mov x1, xzr
+	mov w0, #18
 	mov w2, #1
-	b xfwd_refuse
+	b xfwd_refuse_zero
 9:
-	mov w0, #18
 	mov x1, xzr
+	mov w0, #18
 	mov w2, #2
-	b xfwd_refuse
+	b xfwd_refuse_zero
 	.size pncclResetDebugInit, .-pncclResetDebugInit
 	.size ncclResetDebugInit, .-ncclResetDebugInit
 
@@ -2353,18 +2966,18 @@ ncclCommSuspend:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #25
 	mov x1, x0
+	mov w0, #25
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #25
 	mov x1, x0
+	mov w0, #25
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #25
 	mov x1, x0
+	mov w0, #25
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommSuspend, .-pncclCommSuspend
@@ -2419,18 +3032,18 @@ ncclCommResume:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #26
 	mov x1, x0
+	mov w0, #26
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #26
 	mov x1, x0
+	mov w0, #26
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #26
 	mov x1, x0
+	mov w0, #26
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommResume, .-pncclCommResume
@@ -2485,18 +3098,18 @@ ncclCommMemStats:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #27
 	mov x1, x0
+	mov w0, #27
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #27
 	mov x1, x0
+	mov w0, #27
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #27
 	mov x1, x0
+	mov w0, #27
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclCommMemStats, .-pncclCommMemStats
@@ -2577,18 +3190,18 @@ ncclWinGetUserPtr:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #30
 	mov x1, x0
+	mov w0, #30
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #30
 	mov x1, x0
+	mov w0, #30
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #30
 	mov x1, x0
+	mov w0, #30
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclWinGetUserPtr, .-pncclWinGetUserPtr
@@ -2643,18 +3256,18 @@ ncclRedOpCreatePreMulSum:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #31
 	mov x1, x4
+	mov w0, #31
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #31
 	mov x1, x4
+	mov w0, #31
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #31
 	mov x1, x4
+	mov w0, #31
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclRedOpCreatePreMulSum, .-pncclRedOpCreatePreMulSum
@@ -2709,18 +3322,18 @@ ncclRedOpDestroy:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #32
 	mov x1, x1
+	mov w0, #32
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #32
 	mov x1, x1
+	mov w0, #32
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #32
 	mov x1, x1
+	mov w0, #32
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclRedOpDestroy, .-pncclRedOpDestroy
@@ -2775,18 +3388,18 @@ ncclReduce:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #33
 	mov x1, x6
+	mov w0, #33
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #33
 	mov x1, x6
+	mov w0, #33
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #33
 	mov x1, x6
+	mov w0, #33
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclReduce, .-pncclReduce
@@ -2841,18 +3454,18 @@ ncclBcast:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #34
 	mov x1, x4
+	mov w0, #34
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #34
 	mov x1, x4
+	mov w0, #34
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #34
 	mov x1, x4
+	mov w0, #34
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclBcast, .-pncclBcast
@@ -2907,18 +3520,18 @@ ncclBroadcast:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #35
 	mov x1, x5
+	mov w0, #35
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #35
 	mov x1, x5
+	mov w0, #35
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #35
 	mov x1, x5
+	mov w0, #35
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclBroadcast, .-pncclBroadcast
@@ -2973,18 +3586,18 @@ ncclAllReduce:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #36
 	mov x1, x5
+	mov w0, #36
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #36
 	mov x1, x5
+	mov w0, #36
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #36
 	mov x1, x5
+	mov w0, #36
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclAllReduce, .-pncclAllReduce
@@ -3039,18 +3652,18 @@ ncclReduceScatter:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #37
 	mov x1, x5
+	mov w0, #37
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #37
 	mov x1, x5
+	mov w0, #37
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #37
 	mov x1, x5
+	mov w0, #37
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclReduceScatter, .-pncclReduceScatter
@@ -3105,18 +3718,18 @@ ncclAllReduceConfig:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #42
 	mov x1, x5
+	mov w0, #42
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #42
 	mov x1, x5
+	mov w0, #42
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #42
 	mov x1, x5
+	mov w0, #42
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclAllReduceConfig, .-pncclAllReduceConfig
@@ -3171,18 +3784,18 @@ ncclBroadcastConfig:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #43
 	mov x1, x5
+	mov w0, #43
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #43
 	mov x1, x5
+	mov w0, #43
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #43
 	mov x1, x5
+	mov w0, #43
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclBroadcastConfig, .-pncclBroadcastConfig
@@ -3237,18 +3850,18 @@ ncclReduceConfig:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #44
 	mov x1, x6
+	mov w0, #44
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #44
 	mov x1, x6
+	mov w0, #44
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #44
 	mov x1, x6
+	mov w0, #44
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclReduceConfig, .-pncclReduceConfig
@@ -3303,18 +3916,18 @@ ncclReduceScatterConfig:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #46
 	mov x1, x5
+	mov w0, #46
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #46
 	mov x1, x5
+	mov w0, #46
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #46
 	mov x1, x5
+	mov w0, #46
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclReduceScatterConfig, .-pncclReduceScatterConfig
@@ -3369,18 +3982,18 @@ ncclSend:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #50
 	mov x1, x4
+	mov w0, #50
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #50
 	mov x1, x4
+	mov w0, #50
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #50
 	mov x1, x4
+	mov w0, #50
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclSend, .-pncclSend
@@ -3435,18 +4048,18 @@ ncclRecv:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #51
 	mov x1, x4
+	mov w0, #51
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #51
 	mov x1, x4
+	mov w0, #51
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #51
 	mov x1, x4
+	mov w0, #51
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclRecv, .-pncclRecv
@@ -3527,18 +4140,18 @@ ncclPutSignal:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #52
 	ldr x1, [sp, #8]
+	mov w0, #52
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #52
 	ldr x1, [sp, #8]
+	mov w0, #52
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #52
 	ldr x1, [sp, #8]
+	mov w0, #52
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclPutSignal, .-pncclPutSignal
@@ -3593,18 +4206,18 @@ ncclSignal:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #53
 	mov x1, x4
+	mov w0, #53
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #53
 	mov x1, x4
+	mov w0, #53
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #53
 	mov x1, x4
+	mov w0, #53
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclSignal, .-pncclSignal
@@ -3659,18 +4272,18 @@ ncclWaitSignal:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #54
 	mov x1, x2
+	mov w0, #54
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #54
 	mov x1, x2
+	mov w0, #54
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #54
 	mov x1, x2
+	mov w0, #54
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclWaitSignal, .-pncclWaitSignal
@@ -3699,18 +4312,18 @@ ncclParamBind:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #58
 	mov x1, xzr
+	mov w0, #58
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #58
 	mov x1, xzr
+	mov w0, #58
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #58
 	mov x1, xzr
+	mov w0, #58
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamBind, .-pncclParamBind
@@ -3739,18 +4352,18 @@ ncclParamGetI8:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #59
 	mov x1, xzr
+	mov w0, #59
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #59
 	mov x1, xzr
+	mov w0, #59
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #59
 	mov x1, xzr
+	mov w0, #59
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetI8, .-pncclParamGetI8
@@ -3779,18 +4392,18 @@ ncclParamGetI16:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #60
 	mov x1, xzr
+	mov w0, #60
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #60
 	mov x1, xzr
+	mov w0, #60
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #60
 	mov x1, xzr
+	mov w0, #60
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetI16, .-pncclParamGetI16
@@ -3819,18 +4432,18 @@ ncclParamGetI32:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #61
 	mov x1, xzr
+	mov w0, #61
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #61
 	mov x1, xzr
+	mov w0, #61
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #61
 	mov x1, xzr
+	mov w0, #61
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetI32, .-pncclParamGetI32
@@ -3859,18 +4472,18 @@ ncclParamGetI64:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #62
 	mov x1, xzr
+	mov w0, #62
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #62
 	mov x1, xzr
+	mov w0, #62
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #62
 	mov x1, xzr
+	mov w0, #62
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetI64, .-pncclParamGetI64
@@ -3899,18 +4512,18 @@ ncclParamGetU8:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #63
 	mov x1, xzr
+	mov w0, #63
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #63
 	mov x1, xzr
+	mov w0, #63
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #63
 	mov x1, xzr
+	mov w0, #63
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetU8, .-pncclParamGetU8
@@ -3939,18 +4552,18 @@ ncclParamGetU16:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #64
 	mov x1, xzr
+	mov w0, #64
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #64
 	mov x1, xzr
+	mov w0, #64
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #64
 	mov x1, xzr
+	mov w0, #64
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetU16, .-pncclParamGetU16
@@ -3979,18 +4592,18 @@ ncclParamGetU32:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #65
 	mov x1, xzr
+	mov w0, #65
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #65
 	mov x1, xzr
+	mov w0, #65
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #65
 	mov x1, xzr
+	mov w0, #65
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetU32, .-pncclParamGetU32
@@ -4019,18 +4632,18 @@ ncclParamGetU64:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #66
 	mov x1, xzr
+	mov w0, #66
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #66
 	mov x1, xzr
+	mov w0, #66
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #66
 	mov x1, xzr
+	mov w0, #66
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetU64, .-pncclParamGetU64
@@ -4059,18 +4672,18 @@ ncclParamGetStr:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #67
 	mov x1, xzr
+	mov w0, #67
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #67
 	mov x1, xzr
+	mov w0, #67
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #67
 	mov x1, xzr
+	mov w0, #67
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetStr, .-pncclParamGetStr
@@ -4099,18 +4712,18 @@ ncclParamGet:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #68
 	mov x1, xzr
+	mov w0, #68
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #68
 	mov x1, xzr
+	mov w0, #68
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #68
 	mov x1, xzr
+	mov w0, #68
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGet, .-pncclParamGet
@@ -4139,18 +4752,18 @@ ncclParamGetParameter:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #69
 	mov x1, xzr
+	mov w0, #69
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #69
 	mov x1, xzr
+	mov w0, #69
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #69
 	mov x1, xzr
+	mov w0, #69
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetParameter, .-pncclParamGetParameter
@@ -4179,18 +4792,18 @@ ncclParamGetAllParameterKeys:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #70
 	mov x1, xzr
+	mov w0, #70
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #70
 	mov x1, xzr
+	mov w0, #70
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #70
 	mov x1, xzr
+	mov w0, #70
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclParamGetAllParameterKeys, .-pncclParamGetAllParameterKeys
@@ -4219,22 +4832,710 @@ ncclParamDumpAll:
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #71
 	mov x1, xzr
+	mov w0, #71
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, xzr
+	mov w0, #71
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, xzr
+	mov w0, #71
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclParamDumpAll, .-pncclParamDumpAll
+	.size ncclParamDumpAll, .-ncclParamDumpAll
+
+/* ncclResult_t ncclDevCommCreate(ncclComm_t, const ncclDevCommRequirements_t*, ncclDevComm_t*) */
+	.globl pncclDevCommCreate
+	.type pncclDevCommCreate, %function
+	.weak ncclDevCommCreate
+	.type ncclDevCommCreate, %function
+	.p2align 4
+pncclDevCommCreate:
+ncclDevCommCreate:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #576]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #576]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #72
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #71
-	mov x1, xzr
+	mov x1, x0
+	mov w0, #72
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #71
-	mov x1, xzr
+	mov x1, x0
+	mov w0, #72
 	mov w2, #2
 	b xfwd_refuse
-	.size pncclParamDumpAll, .-pncclParamDumpAll
-	.size ncclParamDumpAll, .-ncclParamDumpAll
+	.size pncclDevCommCreate, .-pncclDevCommCreate
+	.size ncclDevCommCreate, .-ncclDevCommCreate
+
+/* ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm_t*) */
+	.globl pncclDevCommDestroy
+	.type pncclDevCommDestroy, %function
+	.weak ncclDevCommDestroy
+	.type ncclDevCommDestroy, %function
+	.p2align 4
+pncclDevCommDestroy:
+ncclDevCommDestroy:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #584]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #584]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #73
+	mov w2, #0
+	b xfwd_refuse
+8:
+	mov x1, x0
+	mov w0, #73
+	mov w2, #1
+	b xfwd_refuse
+9:
+	mov x1, x0
+	mov w0, #73
+	mov w2, #2
+	b xfwd_refuse
+	.size pncclDevCommDestroy, .-pncclDevCommDestroy
+	.size ncclDevCommDestroy, .-ncclDevCommDestroy
+
+/* ncclTeam_t ncclTeamWorld(ncclComm_t) */
+	.globl pncclTeamWorld
+	.type pncclTeamWorld, %function
+	.weak ncclTeamWorld
+	.type ncclTeamWorld, %function
+	.p2align 4
+pncclTeamWorld:
+ncclTeamWorld:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #592]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #592]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #74
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, x0
+	mov w0, #74
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, x0
+	mov w0, #74
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclTeamWorld, .-pncclTeamWorld
+	.size ncclTeamWorld, .-ncclTeamWorld
+
+/* ncclTeam_t ncclTeamLsa(ncclComm_t) */
+	.globl pncclTeamLsa
+	.type pncclTeamLsa, %function
+	.weak ncclTeamLsa
+	.type ncclTeamLsa, %function
+	.p2align 4
+pncclTeamLsa:
+ncclTeamLsa:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #600]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #600]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #75
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, x0
+	mov w0, #75
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, x0
+	mov w0, #75
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclTeamLsa, .-pncclTeamLsa
+	.size ncclTeamLsa, .-ncclTeamLsa
+
+/* ncclTeam_t ncclTeamRail(ncclComm_t) */
+	.globl pncclTeamRail
+	.type pncclTeamRail, %function
+	.weak ncclTeamRail
+	.type ncclTeamRail, %function
+	.p2align 4
+pncclTeamRail:
+ncclTeamRail:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #608]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #608]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #76
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, x0
+	mov w0, #76
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, x0
+	mov w0, #76
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclTeamRail, .-pncclTeamRail
+	.size ncclTeamRail, .-ncclTeamRail
+
+/* int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int) */
+	.globl pncclTeamRankToWorld
+	.type pncclTeamRankToWorld, %function
+	.weak ncclTeamRankToWorld
+	.type ncclTeamRankToWorld, %function
+	.p2align 4
+pncclTeamRankToWorld:
+ncclTeamRankToWorld:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #616]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #616]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #77
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, x0
+	mov w0, #77
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, x0
+	mov w0, #77
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclTeamRankToWorld, .-pncclTeamRankToWorld
+	.size ncclTeamRankToWorld, .-ncclTeamRankToWorld
+
+/* int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t, int) */
+	.globl pncclTeamRankToLsa
+	.type pncclTeamRankToLsa, %function
+	.weak ncclTeamRankToLsa
+	.type ncclTeamRankToLsa, %function
+	.p2align 4
+pncclTeamRankToLsa:
+ncclTeamRankToLsa:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #624]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #624]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #78
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, x0
+	mov w0, #78
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, x0
+	mov w0, #78
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclTeamRankToLsa, .-pncclTeamRankToLsa
+	.size ncclTeamRankToLsa, .-ncclTeamRankToLsa
+
+/* ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclLsaBarrierCreateRequirement
+	.type pncclLsaBarrierCreateRequirement, %function
+	.weak ncclLsaBarrierCreateRequirement
+	.type ncclLsaBarrierCreateRequirement, %function
+	.p2align 4
+pncclLsaBarrierCreateRequirement:
+ncclLsaBarrierCreateRequirement:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #632]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #632]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, xzr
+	mov w0, #79
+	mov w2, #0
+	b xfwd_refuse
+8:
+	mov x1, xzr
+	mov w0, #79
+	mov w2, #1
+	b xfwd_refuse
+9:
+	mov x1, xzr
+	mov w0, #79
+	mov w2, #2
+	b xfwd_refuse
+	.size pncclLsaBarrierCreateRequirement, .-pncclLsaBarrierCreateRequirement
+	.size ncclLsaBarrierCreateRequirement, .-ncclLsaBarrierCreateRequirement
+
+/* ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclGinBarrierCreateRequirement
+	.type pncclGinBarrierCreateRequirement, %function
+	.weak ncclGinBarrierCreateRequirement
+	.type ncclGinBarrierCreateRequirement, %function
+	.p2align 4
+pncclGinBarrierCreateRequirement:
+ncclGinBarrierCreateRequirement:
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #640]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	mov x9, x0
+	cbz x9, 5f
+	ldr x10, [x9]
+	movz x11, #0x6f63
+	movk x11, #0x6d6d, lsl #16
+	movk x11, #0x6365, lsl #32
+	movk x11, #0x0, lsl #48
+	cmp x10, x11
+	b.ne 5f
+	ldr x9, [x9, #16]
+	cbz x9, 7f
+	mov x0, x9
+5:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #640]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, x0
+	mov w0, #80
+	mov w2, #0
+	b xfwd_refuse
+8:
+	mov x1, x0
+	mov w0, #80
+	mov w2, #1
+	b xfwd_refuse
+9:
+	mov x1, x0
+	mov w0, #80
+	mov w2, #2
+	b xfwd_refuse
+	.size pncclGinBarrierCreateRequirement, .-pncclGinBarrierCreateRequirement
+	.size ncclGinBarrierCreateRequirement, .-ncclGinBarrierCreateRequirement
+
+/* int ncclLLA2ACalcSlots(int, int) */
+	.globl pncclLLA2ACalcSlots
+	.type pncclLLA2ACalcSlots, %function
+	.weak ncclLLA2ACalcSlots
+	.type ncclLLA2ACalcSlots, %function
+	.p2align 4
+pncclLLA2ACalcSlots:
+ncclLLA2ACalcSlots:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #648]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #648]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, xzr
+	mov w0, #81
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, xzr
+	mov w0, #81
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, xzr
+	mov w0, #81
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclLLA2ACalcSlots, .-pncclLLA2ACalcSlots
+	.size ncclLLA2ACalcSlots, .-ncclLLA2ACalcSlots
+
+/* ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*, ncclDevResourceRequirements_t*) */
+	.globl pncclLLA2ACreateRequirement
+	.type pncclLLA2ACreateRequirement, %function
+	.weak ncclLLA2ACreateRequirement
+	.type ncclLLA2ACreateRequirement, %function
+	.p2align 4
+pncclLLA2ACreateRequirement:
+ncclLLA2ACreateRequirement:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #656]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #656]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, xzr
+	mov w0, #82
+	mov w2, #0
+	b xfwd_refuse
+8:
+	mov x1, xzr
+	mov w0, #82
+	mov w2, #1
+	b xfwd_refuse
+9:
+	mov x1, xzr
+	mov w0, #82
+	mov w2, #2
+	b xfwd_refuse
+	.size pncclLLA2ACreateRequirement, .-pncclLLA2ACreateRequirement
+	.size ncclLLA2ACreateRequirement, .-ncclLLA2ACreateRequirement
+
+/* void ncclResetDebugInitInternal() */
+	.globl pncclResetDebugInitInternal
+	.type pncclResetDebugInitInternal, %function
+	.weak ncclResetDebugInitInternal
+	.type ncclResetDebugInitInternal, %function
+	.p2align 4
+pncclResetDebugInitInternal:
+ncclResetDebugInitInternal:
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #664]
+	cbz x16, 1f
+	br x16
+1:
+	stp x29, x30, [sp, #-16]!
+	bl xfwd_lazy
+	ldp x29, x30, [sp], #16
+	adrp x16, xfwd_slot
+	add x16, x16, :lo12:xfwd_slot
+	ldr x16, [x16, #664]
+	cbz x16, 9f
+	br x16
+7:
+	mov x1, xzr
+	mov w0, #83
+	mov w2, #0
+	b xfwd_refuse_zero
+8:
+	mov x1, xzr
+	mov w0, #83
+	mov w2, #1
+	b xfwd_refuse_zero
+9:
+	mov x1, xzr
+	mov w0, #83
+	mov w2, #2
+	b xfwd_refuse_zero
+	.size pncclResetDebugInitInternal, .-pncclResetDebugInitInternal
+	.size ncclResetDebugInitInternal, .-ncclResetDebugInitInternal
 
 /* ncclResult_t ncclAllToAllv(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*, ncclDataType_t, ncclComm_t, cudaStream_t) */
 	.globl pncclAllToAllv
@@ -4259,7 +5560,7 @@ ncclAllToAllv:
 5:
 	adrp x16, xfwd_slot
 	add x16, x16, :lo12:xfwd_slot
-	ldr x16, [x16, #584]
+	ldr x16, [x16, #680]
 	cbz x16, 1f
 	br x16
 1:
@@ -4281,22 +5582,22 @@ ncclAllToAllv:
 5:
 	adrp x16, xfwd_slot
 	add x16, x16, :lo12:xfwd_slot
-	ldr x16, [x16, #584]
+	ldr x16, [x16, #680]
 	cbz x16, 9f
 	br x16
 7:
-	mov w0, #73
 	mov x1, x7
+	mov w0, #85
 	mov w2, #0
 	b xfwd_refuse
 8:
-	mov w0, #73
 	mov x1, x7
+	mov w0, #85
 	mov w2, #1
 	b xfwd_refuse
 9:
-	mov w0, #73
 	mov x1, x7
+	mov w0, #85
 	mov w2, #2
 	b xfwd_refuse
 	.size pncclAllToAllv, .-pncclAllToAllv

@@ -76,6 +76,18 @@ const char* const xfwd_name[XR_COUNT] = {
     "ncclParamGetParameter",
     "ncclParamGetAllParameterKeys",
     "ncclParamDumpAll",
+    "ncclDevCommCreate",
+    "ncclDevCommDestroy",
+    "ncclTeamWorld",
+    "ncclTeamLsa",
+    "ncclTeamRail",
+    "ncclTeamRankToWorld",
+    "ncclTeamRankToLsa",
+    "ncclLsaBarrierCreateRequirement",
+    "ncclGinBarrierCreateRequirement",
+    "ncclLLA2ACalcSlots",
+    "ncclLLA2ACreateRequirement",
+    "ncclResetDebugInitInternal",
     "ncclAllToAll",
     "ncclAllToAllv",
 };
@@ -153,6 +165,18 @@ const unsigned char xfwd_handled[XR_COUNT] = {
     0, /* ncclParamGetParameter */
     0, /* ncclParamGetAllParameterKeys */
     0, /* ncclParamDumpAll */
+    0, /* ncclDevCommCreate */
+    0, /* ncclDevCommDestroy */
+    0, /* ncclTeamWorld */
+    0, /* ncclTeamLsa */
+    0, /* ncclTeamRail */
+    0, /* ncclTeamRankToWorld */
+    0, /* ncclTeamRankToLsa */
+    0, /* ncclLsaBarrierCreateRequirement */
+    0, /* ncclGinBarrierCreateRequirement */
+    0, /* ncclLLA2ACalcSlots */
+    0, /* ncclLLA2ACreateRequirement */
+    0, /* ncclResetDebugInitInternal */
     1, /* ncclAllToAll */
     0, /* ncclAllToAllv */
 };
@@ -230,6 +254,18 @@ const unsigned char xfwd_takes_comm[XR_COUNT] = {
     0, /* ncclParamGetParameter */
     0, /* ncclParamGetAllParameterKeys */
     0, /* ncclParamDumpAll */
+    1, /* ncclDevCommCreate */
+    1, /* ncclDevCommDestroy */
+    1, /* ncclTeamWorld */
+    1, /* ncclTeamLsa */
+    1, /* ncclTeamRail */
+    1, /* ncclTeamRankToWorld */
+    1, /* ncclTeamRankToLsa */
+    0, /* ncclLsaBarrierCreateRequirement */
+    1, /* ncclGinBarrierCreateRequirement */
+    0, /* ncclLLA2ACalcSlots */
+    0, /* ncclLLA2ACreateRequirement */
+    0, /* ncclResetDebugInitInternal */
     1, /* ncclAllToAll */
     1, /* ncclAllToAllv */
 };

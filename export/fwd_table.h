@@ -86,9 +86,21 @@ enum {
   XR_ncclParamGetParameter = 69,
   XR_ncclParamGetAllParameterKeys = 70,
   XR_ncclParamDumpAll = 71,
-  XR_ncclAllToAll = 72,
-  XR_ncclAllToAllv = 73,
-  XR_COUNT = 74
+  XR_ncclDevCommCreate = 72,
+  XR_ncclDevCommDestroy = 73,
+  XR_ncclTeamWorld = 74,
+  XR_ncclTeamLsa = 75,
+  XR_ncclTeamRail = 76,
+  XR_ncclTeamRankToWorld = 77,
+  XR_ncclTeamRankToLsa = 78,
+  XR_ncclLsaBarrierCreateRequirement = 79,
+  XR_ncclGinBarrierCreateRequirement = 80,
+  XR_ncclLLA2ACalcSlots = 81,
+  XR_ncclLLA2ACreateRequirement = 82,
+  XR_ncclResetDebugInitInternal = 83,
+  XR_ncclAllToAll = 84,
+  XR_ncclAllToAllv = 85,
+  XR_COUNT = 86
 };
 
 extern void* xfwd_slot[XR_COUNT] __attribute__((visibility("hidden")));

@@ -9,7 +9,8 @@
  * memory), the calls cecoll forwards: communicators (ncclCommInitRank*,
  * ncclCommInitAll, Split, Shrink, Finalize, Destroy, Abort, the queries),
  * AllReduce, Reduce, Broadcast, ReduceScatter, AllGather, AlltoAll,
- * Gather, Scatter, Send/Recv, groups, registrations and windows, between
+ * Gather, Scatter, Send/Recv, groups, registrations and windows, the
+ * device API's ncclDevCommCreate/Destroy and ncclTeamWorld, between
  * the ranks of one process and of several. The ranks of a communicator
  * meet in a POSIX shared-memory segment named by the unique id; a
  * collective syncs its stream (cecollStreamSynchronize, looked up at run
@@ -51,6 +52,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "devapi.h"
 
 #define FAKE_VERSION 23100 /* NCCL 2.31.0: not cecoll's 2.28 */
 #define MAXR 8
@@ -733,6 +735,43 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c) {
   CHECK_COMM(c);
   flog("RedOpDestroy token=%s rank=%d op=%d", c->token, c->rank, (int)op);
   return ncclSuccess;
+}
+
+/* ---- the device API's host side (devapi.h) ------------------------------------- */
+
+#define DEVCOMM_MAGIC 0x766564656b6166ULL /* "fakedev" */
+
+ncclResult_t ncclDevCommCreate(ncclComm_t c, const ncclDevCommRequirements_t* reqs, ncclDevComm_t* out) {
+  CHECK_COMM(c);
+  if (reqs == NULL || out == NULL) return fail(ncclInvalidArgument, "fake: ncclDevCommCreate: NULL argument");
+  flog("DevCommCreate token=%s rank=%d", c->token, c->rank);
+  out->magic = DEVCOMM_MAGIC;
+  out->rank = c->rank;
+  out->nRanks = c->n;
+  out->comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclDevCommDestroy(ncclComm_t c, const ncclDevComm_t* d) {
+  CHECK_COMM(c);
+  if (d == NULL || d->magic != DEVCOMM_MAGIC || d->comm != c)
+    return fail(ncclInvalidArgument, "fake: ncclDevCommDestroy: not a device communicator of this communicator");
+  flog("DevCommDestroy token=%s rank=%d", c->token, c->rank);
+  return ncclSuccess;
+}
+
+/* A non-fake communicator gets a team that no real one has. */
+ncclTeam_t ncclTeamWorld(ncclComm_t c) {
+  ncclTeam_t t = {-1, -1, -1};
+  if (c == NULL || c->magic != COMM_MAGIC) {
+    flog("error fake: ncclTeamWorld: %p is not a fake communicator", (void*)c);
+    return t;
+  }
+  flog("TeamWorld token=%s rank=%d", c->token, c->rank);
+  t.nRanks = c->n;
+  t.rank = c->rank;
+  t.stride = 1;
+  return t;
 }
 
 /* The pnccl twins NCCL exports too. */

@@ -8,7 +8,9 @@
 //     function cecoll does not implement. A stub swaps a cecoll
 //     communicator (and window) argument for the real one it owns and
 //     jumps to the real function, so any signature passes intact; without
-//     a real function it returns the refusal of xfwd_refuse;
+//     a real function it returns the refusal of xfwd_refuse (a function
+//     that does not return ncclResult_t: xfwd_refuse_zero, which logs the
+//     same refusal and returns zero: 0, NULL, a zeroed ncclTeam_t);
 //   - export/exports.map (the linker version script) and
 //     ctests/exported-symbols.txt: every function of the list, of
 //     include/nccl.h and of include/nccl_ce.h, each also as p<name>.
@@ -74,7 +76,22 @@ type param struct {
 	comm   bool // a communicator by value: translated
 	win    bool // a window by value: translated
 	byVal  bool // a struct by value (ncclUniqueId)
+	pair   bool // a struct of two integer eightbytes by value (ncclTeam_t)
 	isReal bool // float or double
+}
+
+// returns are the return types a stub can stand for: the real function
+// returns straight to the caller, so what matters is the refusal. true:
+// xfwd_refuse's ncclResult_t; false: xfwd_refuse_zero's zeros, in the
+// registers of an integer-class value of up to 16 bytes (rax:rdx, x0:x1),
+// which covers each of these (ncclTeam_t: struct { int nRanks, rank,
+// stride; }, 12 bytes).
+var returns = map[string]bool{
+	"ncclResult_t": true,
+	"void":         false,
+	"int":          false,
+	"const char*":  false,
+	"ncclTeam_t":   false,
 }
 
 type fn struct {
@@ -220,10 +237,9 @@ func parseAPI(text string) ([]*fn, error) {
 			return nil, fmt.Errorf("%s:%d: %s listed twice", apiFile, i+1, f.name)
 		}
 		seen[f.name] = true
-		switch f.ret {
-		case "ncclResult_t", "void", "const char*":
-		default:
-			return nil, fmt.Errorf("%s:%d: %s returns %q (want ncclResult_t, void or const char*)", apiFile, i+1, f.name, f.ret)
+		if _, ok := returns[f.ret]; !ok {
+			return nil, fmt.Errorf("%s:%d: %s returns %q (want one of %s)", apiFile, i+1, f.name, f.ret,
+				strings.Join(sortedKeys(returns), ", "))
 		}
 		if args := strings.TrimSpace(m[3]); args != "void" && args != "" {
 			for _, a := range strings.Split(args, ",") {
@@ -234,6 +250,7 @@ func parseAPI(text string) ([]*fn, error) {
 					comm:   bare == "ncclComm_t",
 					win:    bare == "ncclWindow_t",
 					byVal:  bare == "ncclUniqueId",
+					pair:   bare == "ncclTeam_t",
 					isReal: bare == "float" || bare == "double",
 				})
 			}
@@ -420,6 +437,21 @@ func locate(f *fn, arch string) (comm *loc, wins []loc, err error) {
 		case p.byVal && arch == "x86_64":
 			stack += 128 // MEMORY class: copied onto the stack
 			continue
+		case p.pair:
+			// Two integer eightbytes: two registers if both are free,
+			// else all on the stack (arm64 then takes no more registers).
+			if p.comm || p.win {
+				return nil, nil, fmt.Errorf("%s: impossible parameter %q", f.name, p.typ)
+			}
+			if next+2 <= len(regs) {
+				next += 2
+			} else {
+				if arch != "x86_64" {
+					next = len(regs)
+				}
+				stack += 16
+			}
+			continue
 		case next < len(regs): // arm64 passes a large struct by reference
 			l = loc{reg: regs[next]}
 			next++
@@ -453,13 +485,17 @@ func stubSource(stubs []*fn) ([]byte, error) {
  * first call before the real library was looked up calls xfwd_lazy (which
  * keeps the argument registers) and tries again; with no real function,
  * or a cecoll handle that owns no real one, it jumps to
- * xfwd_refuse(index, comm, why), which returns the refusal to the caller.
- * why: 0 the communicator, 1 a window, 2 no real function. */
+ * xfwd_refuse(index, comm, why), which returns the refusal to the caller,
+ * or, for a function that does not return ncclResult_t, to
+ * xfwd_refuse_zero, which logs the same refusal and returns zero (0, NULL,
+ * a zeroed struct). why: 0 the communicator, 1 a window, 2 no real
+ * function. */
 
 #if defined(__x86_64__)
 	.text
 	.hidden xfwd_slot
 	.hidden xfwd_refuse
+	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
 /* Calls xfwd_ensure() keeping every argument register. */
@@ -510,6 +546,7 @@ xfwd_lazy:
 	.text
 	.hidden xfwd_slot
 	.hidden xfwd_refuse
+	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
 /* Calls xfwd_ensure() keeping every argument register. */
@@ -576,8 +613,9 @@ type arch struct {
 	// dispatch jumps to slot index, or to miss when it is empty.
 	dispatch func(b *bytes.Buffer, index int, miss string)
 	lazy     string // calls xfwd_lazy
-	// refuse jumps to xfwd_refuse(index, the communicator at comm, why).
-	refuse func(b *bytes.Buffer, index int, comm *loc, why int)
+	// refuse jumps to target, xfwd_refuse or xfwd_refuse_zero, with
+	// (index, the communicator at comm, why).
+	refuse func(b *bytes.Buffer, index int, comm *loc, why int, target string)
 }
 
 var x86 = arch{
@@ -591,12 +629,13 @@ var x86 = arch{
 		fmt.Fprintf(b, "\tmovq xfwd_slot+%d(%%rip), %%r10\n\ttestq %%r10, %%r10\n\tjz %s\n\tjmpq *%%r10\n", 8*index, miss)
 	},
 	lazy: "\tcallq xfwd_lazy\n",
-	refuse: func(b *bytes.Buffer, index int, comm *loc, why int) {
+	refuse: func(b *bytes.Buffer, index int, comm *loc, why int, target string) {
 		arg := "\txorl %esi, %esi\n"
 		if comm != nil {
 			arg = fmt.Sprintf("\tmovq %s, %%rsi\n", x86Loc(*comm))
 		}
-		fmt.Fprintf(b, "\tmovl $%d, %%edi\n%s\tmovl $%d, %%edx\n\tjmp xfwd_refuse\n", index, arg, why)
+		// The communicator first: it may be in %rdi.
+		fmt.Fprintf(b, "%s\tmovl $%d, %%edi\n\tmovl $%d, %%edx\n\tjmp %s\n", arg, index, why, target)
 	},
 }
 
@@ -607,12 +646,13 @@ var arm64 = arch{
 		fmt.Fprintf(b, "\tadrp x16, xfwd_slot\n\tadd x16, x16, :lo12:xfwd_slot\n\tldr x16, [x16, #%d]\n\tcbz x16, %s\n\tbr x16\n", 8*index, miss)
 	},
 	lazy: "\tstp x29, x30, [sp, #-16]!\n\tbl xfwd_lazy\n\tldp x29, x30, [sp], #16\n",
-	refuse: func(b *bytes.Buffer, index int, comm *loc, why int) {
+	refuse: func(b *bytes.Buffer, index int, comm *loc, why int, target string) {
 		arg := "\tmov x1, xzr\n"
 		if comm != nil {
 			arg = armLoad(*comm, "x1")
 		}
-		fmt.Fprintf(b, "\tmov w0, #%d\n%s\tmov w2, #%d\n\tb xfwd_refuse\n", index, arg, why)
+		// The communicator first: it may be in x0.
+		fmt.Fprintf(b, "%s\tmov w0, #%d\n\tmov w2, #%d\n\tb %s\n", arg, index, why, target)
 	},
 }
 
@@ -646,12 +686,16 @@ func stub(b *bytes.Buffer, f *fn, a arch) error {
 	b.WriteString("1:\n" + a.lazy)
 	xlate()
 	a.dispatch(b, f.index, "9f")
+	target := "xfwd_refuse"
+	if !returns[f.ret] {
+		target = "xfwd_refuse_zero"
+	}
 	for _, r := range []struct {
 		label string
 		why   int
 	}{{"7", 0}, {"8", 1}, {"9", 2}} {
 		b.WriteString(r.label + ":\n")
-		a.refuse(b, f.index, comm, r.why)
+		a.refuse(b, f.index, comm, r.why, target)
 	}
 	fmt.Fprintf(b, "\t.size p%[1]s, .-p%[1]s\n\t.size %[1]s, .-%[1]s\n", f.name)
 	return nil

@@ -75,3 +75,49 @@ func TestStubsCoverTheRest(t *testing.T) {
 		require.Equal(t, !handled[f.name], has, "%s: stub present %v, handled %v", f.name, has, handled[f.name])
 	}
 }
+
+// A struct of two integer eightbytes by value (ncclTeam_t) takes two
+// registers, or 16 bytes of stack when two are not free.
+func TestLocatePair(t *testing.T) {
+	fns, err := parseAPI(`
+int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int)
+ncclResult_t ncclA(int, int, int, int, int, ncclTeam_t, ncclComm_t)
+ncclResult_t ncclB(int, int, int, int, int, int, int, ncclTeam_t, ncclComm_t)
+`)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		fn   int
+		arch string
+		comm loc
+	}{
+		{0, "x86_64", loc{reg: "%rdi"}},
+		{0, "arm64", loc{reg: "x0"}},
+		{1, "x86_64", loc{reg: "%r9"}}, // the team on the stack; %r9 stays free for the comm
+		{1, "arm64", loc{reg: "x7"}},   // the team in x5, x6
+		{2, "x86_64", loc{stack: 32}},
+		{2, "arm64", loc{stack: 16}}, // x7 skipped: the team all on the stack
+	} {
+		comm, _, err := locate(fns[tc.fn], tc.arch)
+		require.NoError(t, err)
+		require.Equal(t, tc.comm, *comm, "%s %s", fns[tc.fn].name, tc.arch)
+	}
+}
+
+// A function that does not return ncclResult_t refuses through
+// xfwd_refuse_zero, and a refusal reads the communicator before the index
+// overwrites the first argument register.
+func TestRefusal(t *testing.T) {
+	fns, err := parseAPI(`
+ncclTeam_t ncclTeamWorld(ncclComm_t)
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm_t*)
+`)
+	require.NoError(t, err)
+	s, err := stubSource(fns)
+	require.NoError(t, err)
+	text := string(s)
+	require.Contains(t, text, "\tmovq %rdi, %rsi\n\tmovl $0, %edi\n\tmovl $0, %edx\n\tjmp xfwd_refuse_zero\n")
+	require.Contains(t, text, "\tmov x1, x0\n\tmov w0, #0\n\tmov w2, #2\n\tb xfwd_refuse_zero\n")
+	require.Contains(t, text, "\tmovq %rdi, %rsi\n\tmovl $1, %edi\n\tmovl $2, %edx\n\tjmp xfwd_refuse\n")
+	_, err = parseAPI("struct ncclBig ncclBig(ncclComm_t)\n")
+	require.Error(t, err)
+}
