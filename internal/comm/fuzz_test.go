@@ -169,6 +169,32 @@ func FuzzFail(f *testing.F) {
 	})
 }
 
+// FuzzInitInfo: the init exchange (pair.go), each rank's device, process,
+// host, routing policy and real library, decoded from every peer.
+func FuzzInitInfo(f *testing.F) {
+	f.Add((&initInfo{dev: 1, pid: 7, host: "h", policy: []byte{1, 2}, lib: "libnccl.so.2 (version 22809)"}).encode())
+	f.Add((&initInfo{realID: make([]byte, 128), idErr: "no id"}).encode())
+	var e enc
+	e.u64(0)
+	e.u64(0)
+	e.u32(0xffffffff)
+	f.Add(e.b)
+	f.Fuzz(func(t *testing.T, p []byte) {
+		m, err := decodeInit(p)
+		if err != nil {
+			return
+		}
+		require.LessOrEqual(t, len(m.host), 3*maxHost)
+		require.LessOrEqual(t, len(m.lib)+len(m.idErr), 6*maxText)
+		require.Equal(t, m.host, clean(m.host), "no control characters reach a log line")
+		require.Equal(t, m.idErr, clean(m.idErr))
+		back, err := decodeInit(m.encode())
+		require.NoError(t, err)
+		require.Equal(t, m.dev, back.dev)
+		require.Equal(t, m.pid, back.pid)
+	})
+}
+
 func FuzzFDRequest(f *testing.F) {
 	sec := secret{key: 99}
 	sec.tag = tagOf(sec.key)
