@@ -324,7 +324,7 @@ func TestCollectiveValidation(t *testing.T) {
 			require.Equal(t, tc.code, result.Of(err), "%v", err)
 		})
 	}
-	a := ce.Args{Func: ce.FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
+	a := LaunchArgs{Func: FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
 	requireCode(t, result.InvalidArgument, c.Launch(&a, nil, nil))
 }
 

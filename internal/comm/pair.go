@@ -314,11 +314,11 @@ func (c *Comm) ForwardRefusal(call, why string) error {
 // rank agreed on (the policy, the pairing, the windows) and the call's
 // arguments (cta: its ncclCollConfig_t's CTA policy, -1 if none), so every
 // rank decides alike, and it allocates nothing.
-func (c *Comm) RouteCE(fn ce.Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
+func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
 	if c.lib == nil || c.state() != stReady {
 		return true // CE only, or cecoll's own refusal
 	}
-	elt := DatatypeSize(dt)
+	elt := ce.TypeSize(dt)
 	bytes := uint64(count) * uint64(elt)
 	if c.Real() == 0 {
 		forward.Note(int(fn), fn.String(), bytes, true, forward.WhyNoReal)

@@ -101,7 +101,7 @@ func ProcMemFree(p hip.DevicePtr) error {
 
 // Implemented is ncclCeImplemented for the calling thread's device; false
 // when no runtime loads.
-func Implemented(fn ce.Func, redOp, dt int32) bool {
+func Implemented(fn Func, redOp, dt int32) bool {
 	rt, err := Runtime()
 	if err != nil {
 		return false
