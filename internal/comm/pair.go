@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"cecoll/internal/ce"
 	"cecoll/internal/forward"
@@ -365,17 +364,4 @@ func currentLib() (forward.Lib, pairMode, error) {
 		return nil, pairNone, nil
 	}
 	return lib, pairByID, nil
-}
-
-// rawConfig is the ncclConfig_t to hand the real library for a call
-// whose config pointer was p: the caller's own bytes, nil for none.
-func rawConfig(p unsafe.Pointer) []byte {
-	if p == nil {
-		return nil
-	}
-	cfg, err := ConfigFromC(p)
-	if err != nil {
-		return nil
-	}
-	return cfg.Raw
 }
