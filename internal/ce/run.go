@@ -68,7 +68,8 @@ func (e *Engine) Launch(a *Args) error {
 	return nil
 }
 
-// Prepare validates and plans a, enqueueing nothing: a call it refuses
+// Prepare validates and plans a (whose arguments its caller checked: see
+// validate), enqueueing nothing: a call it refuses
 // leaves no trace on any stream, so a group may refuse every rank's part
 // of a call when one rank's fails. Step then runs it.
 func (e *Engine) Prepare(a *Args) (Prepared, error) {
@@ -406,54 +407,24 @@ func (l *copyList) bounds(g int) (int, int) {
 	return at(g), at(g + 1)
 }
 
-// validate checks a and returns the chunk in bytes.
+// validate checks what only the engine knows of a, and returns the chunk
+// in bytes. The arguments themselves (collective, datatype, element size,
+// root, overflow, NULL buffers, a group's root included) were checked
+// once at each rank's call, by the caller (NCCL's argcheck:
+// internal/comm), before a group deferred them.
 func (e *Engine) validate(a *Args) (uintptr, error) {
-	switch a.Func {
-	case FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather:
-	default:
-		return 0, result.Errorf(result.InvalidUsage, "ce: %s cannot run on copy engines: they move data only (AllGather, AlltoAll, Scatter, Gather)", a.Func)
-	}
-	if a.Datatype < 0 || a.Datatype >= NumTypes {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: invalid datatype %d", a.Func, a.Datatype)
-	}
 	if !e.able {
 		return 0, result.Errorf(result.InvalidUsage, "ce %s: copy engines cannot run it on this runtime: stream memory operations need CUDA driver >= 12.5 or HIP >= 7.0", a.Func)
-	}
-	if a.EltSize != eltSizes[a.Datatype] {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: element size %d does not match %s (%d bytes)", a.Func, a.EltSize, TypeName(a.Datatype), eltSizes[a.Datatype])
-	}
-	if a.Func.Rooted() && (a.Root < 0 || a.Root >= e.n) {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: root %d out of range [0, %d)", a.Func, a.Root, e.n)
-	}
-	const maxPtr = ^uintptr(0)
-	if a.Count > maxPtr/a.EltSize || a.Count*a.EltSize > maxPtr/uintptr(e.n) {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: count %d of %d-byte elements times %d ranks overflows", a.Func, a.Count, a.EltSize, e.n)
 	}
 	chunk := a.Count * a.EltSize
 	if chunk == 0 {
 		return 0, nil
-	}
-	isRoot := a.Root == e.rank
-	if a.Func != FuncScatter || isRoot {
-		if a.Send == 0 {
-			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL send buffer on rank %d", a.Func, e.rank)
-		}
-	}
-	if a.Func != FuncGather || isRoot {
-		if a.Recv == 0 {
-			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL recv buffer on rank %d", a.Func, e.rank)
-		}
 	}
 	if err := e.checkPointers(a, chunk); err != nil {
 		return 0, err
 	}
 	if (a.PeerSend != nil && len(a.PeerSend) != e.n) || (a.PeerRecv != nil && len(a.PeerRecv) != e.n) {
 		return 0, result.Errorf(result.InvalidArgument, "ce %s: peer buffer lists must hold one entry per rank (%d)", a.Func, e.n)
-	}
-	if a.PeerRecv != nil && a.PeerSend != nil {
-		if err := e.validateGroup(a, chunk); err != nil {
-			return 0, err
-		}
 	}
 	return chunk, nil
 }
@@ -501,22 +472,6 @@ func (e *Engine) checkPointer(f Func, what string, p hip.DevicePtr, n uintptr) e
 		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is pageable host memory, which copy engines reach only with the host waiting: use device memory (ncclMemAlloc, cudaMalloc) or pinned host memory", f, what, uintptr(p))
 	case k == hip.PtrUnmapped:
 		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is not mapped", f, what, uintptr(p))
-	}
-	return nil
-}
-
-// validateGroup checks what a group's buffer lists show about every rank:
-// the root's buffers of Gather and Scatter.
-func (e *Engine) validateGroup(a *Args, chunk uintptr) error {
-	switch a.Func {
-	case FuncGather:
-		if a.PeerRecv[a.Root] == 0 {
-			return result.Errorf(result.InvalidArgument, "ce Gather: NULL recv buffer on root %d", a.Root)
-		}
-	case FuncScatter:
-		if a.PeerSend[a.Root] == 0 {
-			return result.Errorf(result.InvalidArgument, "ce Scatter: NULL send buffer on root %d", a.Root)
-		}
 	}
 	return nil
 }
