@@ -65,9 +65,7 @@ type Engine struct {
 
 	issued atomic.Uint64 // eager collectives enqueued (progress)
 
-	// Abort's release loop, and how long Close waits for the streams.
-	relStop    chan struct{}
-	relDone    chan struct{}
+	// How long Close waits for the streams.
 	drainLimit time.Duration
 }
 
