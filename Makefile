@@ -170,9 +170,8 @@ test-c: all dropin
 	bash ctests/run.sh
 
 # The correctness matrix (ctests/matrix.c): every cell, each in its own process under a
-# watchdog. Hung cells sleep rather than spin, so more run at once than there are cores:
-# 6336 cells took 37.5 min on 2 cores at -j 6 -t 8 (2026-12 engine: 2904 cells fail or
-# hang, the hangs cost most of it); a passing cell takes about 0.1 s.
+# watchdog. Hung cells sleep rather than spin, so more run at once than there are cores
+# (docs/measurements.md, "The matrix's running time"); a passing cell takes about 0.1 s.
 # $ORIGIN/.. finds libcecoll.so in build/, also where the tree was copied (a GPU machine).
 MATRIX := $(BUILD)/ctests/matrix
 MATRIX_ARGS ?= -j 6 -t 10

@@ -13,13 +13,14 @@ import (
 // several ranks in a group, or the legacy NULL stream; every eager
 // collective of the communicator runs on es, one after another (B19); and
 // the engine knows its streams. (The caller's stream still waits on the
-// end event, and on the H200 an event wait holds a hardware queue as a
-// flag wait does: docs/measurements.md, eighth session. internal/comm
-// counts two per rank.) A captured call forks es into the capture the same
-// way (ranks sharing a stream need the branches); es then stays in the
-// capture until it ends, so an eager call meanwhile is refused (capOpen)
-// rather than captured. A replay runs on the graph's own streams; graph
-// launches are ordered with the eager calls by OrderBefore and OrderAfter.
+// end event, and an event wait holds a hardware queue as a flag wait does:
+// docs/measurements.md, "Do event waits hold hardware queues?";
+// internal/comm counts two per rank.) A captured call forks es into the
+// capture the same way (ranks sharing a stream need the branches); es then
+// stays in the capture until it ends, so an eager call meanwhile is
+// refused (capOpen) rather than captured. A replay runs on the graph's own
+// streams; graph launches are ordered with the eager calls by OrderBefore
+// and OrderAfter.
 //
 // A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
 // plan step i (Step(0) joins in first), Step(2i+1) its second, and
@@ -136,8 +137,7 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 // a group of one thread holding every rank (the group hands every rank's
 // event: Args.PeerEvents), with every rank on one device, eagerly (a
 // graph is replayed later, with no such order); flags everywhere else.
-// On one H200 a 64 MiB released round took 132.5 us with events against
-// 153-155 with flags (docs/measurements.md, sixth session).
+// Events are the faster there (docs/measurements.md, "Events or flags").
 func (e *Engine) chooseEvents(p *plan, capturing bool) bool {
 	return !e.cfg.NoEvents && !capturing && p.path == pathGroup && len(p.a.PeerEvents) == e.n && e.c.OneDevice()
 }
@@ -254,10 +254,10 @@ var sideCopyMin uintptr = 1 << 20
 
 // localCopies enqueues the step's local copies (segLocal: this rank's own
 // block), after what e.ops holds. A large one runs on the side stream,
-// beside the pushes (on two H200s a batch's copies ran one after
-// another: docs/measurements.md, second session); not under capture, where
-// a branch of the graph would do, nor by events, whose order is the
-// group's.
+// beside the pushes, since a batch's copies run one after another
+// (docs/measurements.md, "The own block on a side stream"); not under
+// capture, where a branch of the graph would do, nor by events, whose
+// order is the group's.
 func (e *Engine) localCopies(s hip.Stream, capturing bool) error {
 	lo, hi := e.cp.bounds(segLocal)
 	if lo == hi {
