@@ -114,8 +114,7 @@ type pkgFacts struct {
 }
 
 // readModule reads the imports, cgo use and library loading of every
-// package of the module at root (nested modules, lab/ and testdata left
-// out).
+// package of the module at root (nested modules and testdata left out).
 func readModule(t *testing.T, root string) []pkgFacts {
 	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
@@ -131,7 +130,7 @@ func readModule(t *testing.T, root string) []pkgFacts {
 		rel = filepath.ToSlash(rel)
 		name := d.Name()
 		if rel != "." {
-			if name == "testdata" || name == "lab" || name == "build" || strings.HasPrefix(name, ".") {
+			if name == "testdata" || name == "build" || strings.HasPrefix(name, ".") {
 				return filepath.SkipDir
 			}
 			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
