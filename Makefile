@@ -34,7 +34,7 @@ RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map -Wl,-soname,$(SONAME)"
 
-.PHONY: all run plot bench-mpi test test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
+.PHONY: all run plot bench-mpi test test-lint test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
 
 all: $(LIB) $(HEADERS) $(PKGFILES)
 
@@ -96,7 +96,7 @@ plot: all $(PERF) $(PLOT)
 	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
 	@echo "plot: $(BUILD)/perf.png"
 
-test: test-layout test-go test-race test-chaos test-c test-readme test-perf test-python
+test: test-lint test-layout test-go test-race test-chaos test-c test-readme test-perf test-python
 	@echo "make test: all parts passed"
 
 # The product tree never refers to lab/ (measurement tooling, lab/README.md).
@@ -107,10 +107,14 @@ test-layout:
 	fi
 	@echo "test-layout: no product file refers to lab/"
 
+# gofmt, go vet, go mod tidy and staticcheck (pinned by tools/lint/go.mod)
+# in every Go module: tools/lint/check.sh.
+test-lint:
+	GO=$(GO) bash tools/lint/check.sh
+
 test-go:
-	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	cd tools/plot && $(GO) vet . && $(GO) test -count=1 .
+	cd tools/plot && $(GO) test -count=1 .
 
 # The race detector on the runtime, the engine and the communicators (reduced sets).
 test-race:
@@ -166,9 +170,8 @@ test-c: all dropin
 	bash ctests/run.sh
 
 # The correctness matrix (ctests/matrix.c): every cell, each in its own process under a
-# watchdog. Hung cells sleep rather than spin, so more run at once than there are cores:
-# 6336 cells took 37.5 min on 2 cores at -j 6 -t 8 (2026-12 engine: 2904 cells fail or
-# hang, the hangs cost most of it); a passing cell takes about 0.1 s.
+# watchdog. Hung cells sleep rather than spin, so more run at once than there are cores
+# (docs/measurements.md, "The matrix's running time"); a passing cell takes about 0.1 s.
 # $ORIGIN/.. finds libcecoll.so in build/, also where the tree was copied (a GPU machine).
 MATRIX := $(BUILD)/ctests/matrix
 MATRIX_ARGS ?= -j 6 -t 10

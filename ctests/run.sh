@@ -25,10 +25,9 @@
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # its pairwise subset on the host device, plain and under
 # CECOLL_HOST_CHAOS=1,2,3 (the default environment only with --fast), each
-# cell in its own process under a 10 s watchdog, 4 at a time (measured on
-# 2 cores: the cells that did not hang took 2.3-2.8 s together per row; a
-# hang costs its 10 s, so with the engine of 2026-12 (6-7 hangs a row) each
-# row took about 21 s, the four 84 s).
+# cell in its own process under a 10 s watchdog, 4 at a time (a hung cell
+# sleeps, so more run than there are cores; docs/measurements.md, "The
+# matrix's running time").
 # Forward mode (test_forward.c): the fake "real NCCL" of ctests/fake-nccl
 # is built as build/ctests/fake-nccl/libnccl.so.2, and the test runs on
 # the host device the three ways in: linked to cecoll with CECOLL_NCCL_LIB

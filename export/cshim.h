@@ -70,6 +70,9 @@ ncclResult_t xfwd_refuse(int index, void* comm, int why) __attribute__((visibili
 extern int xforked;
 ncclResult_t xfork_refuse(const char* fn);
 
+/* thread.c */
+int xgettid(void);
+
 /* Last-error text: a C-owned buffer (api.c), returned by ncclGetLastError. */
 void xlast_set(const char* text, size_t n);
 

@@ -1,5 +1,5 @@
-// Command export is libcecoll.so: the C ABI of include/nccl.h and
-// include/nccl_ce.h, and the only cgo in cecoll.
+// Command export is libcecoll.so, cecoll's C surface: the C ABI of
+// include/nccl.h and include/nccl_ce.h.
 //
 // api.c defines every public function with its exact prototype from the
 // headers (so the compiler checks them) and forwards to a Go export named

@@ -6,7 +6,6 @@ import "C"
 import (
 	"unsafe"
 
-	"cecoll/internal/ce"
 	"cecoll/internal/comm"
 	"cecoll/internal/hip"
 )
@@ -19,7 +18,7 @@ func stream(s C.cudaStream_t) hip.Stream { return hip.Stream(uintptr(unsafe.Poin
 // ncclLaunchCeColl with the arguments filled in, unless the communicator
 // routes the call to the real one it owns (XSENT_REAL: api.c calls it
 // there). cta is the CTA policy of the call's ncclCollConfig_t (-1: none).
-func coll(call string, fn ce.Func, send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) C.ncclResult_t {
+func coll(call string, fn comm.Func, send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) C.ncclResult_t {
 	c, err := commOf(call, h)
 	if err == nil {
 		if !c.RouteCE(fn, dptr(send), dptr(recv), uintptr(count), int32(dt), int(cta)) {
@@ -34,35 +33,35 @@ func coll(call string, fn ce.Func, send, recv unsafe.Pointer, count C.size_t, dt
 func goexp_ncclAllGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAllGather"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAllGather, send, recv, count, dt, 0, h, s, -1)
+	return coll(call, comm.FuncAllGather, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclAlltoAll
 func goexp_ncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAlltoAll"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
+	return coll(call, comm.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclAllToAll
 func goexp_ncclAllToAll(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclAllToAll"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
+	return coll(call, comm.FuncAlltoAll, send, recv, count, dt, 0, h, s, -1)
 }
 
 //export goexp_ncclGather
 func goexp_ncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclGather"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncGather, send, recv, count, dt, root, h, s, -1)
+	return coll(call, comm.FuncGather, send, recv, count, dt, root, h, s, -1)
 }
 
 //export goexp_ncclScatter
 func goexp_ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclScatter"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncScatter, send, recv, count, dt, root, h, s, -1)
+	return coll(call, comm.FuncScatter, send, recv, count, dt, root, h, s, -1)
 }
 
 //export goexp_ncclLaunchCeColl
@@ -84,7 +83,7 @@ func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.c
 	if err != nil {
 		return toResult(call, err)
 	}
-	a := ce.Args{Func: ce.Func(args._func), Root: int(args.rootRank), Datatype: int32(args.datatype),
+	a := comm.LaunchArgs{Func: comm.Func(args._func), Root: int(args.rootRank), Datatype: int32(args.datatype),
 		Count: uintptr(args.nElts), EltSize: uintptr(args.eltSize),
 		Send: dptr(unsafe.Pointer(args.sendBuff)), Recv: dptr(args.recvBuff), Stream: stream(s)}
 	return toResult(call, c.Launch(&a, sw, rw))
@@ -119,7 +118,7 @@ func goexp_ncclCeImplemented(fn C.ncclFunc_t, redOp C.int, dt C.ncclDataType_t) 
 			ok = 0
 		}
 	}()
-	if comm.Implemented(ce.Func(fn), int32(redOp), int32(dt)) {
+	if comm.Implemented(comm.Func(fn), int32(redOp), int32(dt)) {
 		return 1
 	}
 	return 0
@@ -133,26 +132,26 @@ func goexp_ncclCeImplemented(fn C.ncclFunc_t, redOp C.int, dt C.ncclDataType_t) 
 func goexp_ncclAllGatherConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
 	const call = "ncclAllGatherConfig"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAllGather, send, recv, count, dt, 0, h, s, cta)
+	return coll(call, comm.FuncAllGather, send, recv, count, dt, 0, h, s, cta)
 }
 
 //export goexp_ncclAlltoAllConfig
 func goexp_ncclAlltoAllConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
 	const call = "ncclAlltoAllConfig"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncAlltoAll, send, recv, count, dt, 0, h, s, cta)
+	return coll(call, comm.FuncAlltoAll, send, recv, count, dt, 0, h, s, cta)
 }
 
 //export goexp_ncclGatherConfig
 func goexp_ncclGatherConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
 	const call = "ncclGatherConfig"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncGather, send, recv, count, dt, root, h, s, cta)
+	return coll(call, comm.FuncGather, send, recv, count, dt, root, h, s, cta)
 }
 
 //export goexp_ncclScatterConfig
 func goexp_ncclScatterConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
 	const call = "ncclScatterConfig"
 	defer recoverInto(&res, call)
-	return coll(call, ce.FuncScatter, send, recv, count, dt, root, h, s, cta)
+	return coll(call, comm.FuncScatter, send, recv, count, dt, root, h, s, cta)
 }

@@ -55,7 +55,11 @@ func initRank(call string, out *C.ncclComm_t, n C.int, cid *C.ncclUniqueId, rank
 		return toResult(call, argErr(call, "NULL comm"))
 	}
 	*out = nil
-	c, err := comm.ProcInitRank(*(*comm.ID)(unsafe.Pointer(cid)), int(n), int(rank), unsafe.Pointer(cfg))
+	config, err := configOf(unsafe.Pointer(cfg))
+	if err != nil {
+		return toResult(call, err)
+	}
+	c, err := comm.ProcInitRank(*(*comm.ID)(unsafe.Pointer(cid)), int(n), int(rank), config)
 	if err == nil {
 		*out = newCommHandle(c)
 	}
@@ -329,13 +333,9 @@ func derive(call string, h C.ncclComm_t, out *C.ncclComm_t, cfg *C.ncclConfig_t,
 	if err != nil {
 		return toResult(call, err)
 	}
-	var cc *comm.Config
-	if cfg != nil {
-		parsed, err := comm.ConfigFromC(unsafe.Pointer(cfg))
-		if err != nil {
-			return toResult(call, err)
-		}
-		cc = &parsed
+	cc, err := configArg(cfg)
+	if err != nil {
+		return toResult(call, err)
 	}
 	nc, err := mk(c, cc)
 	if err == nil && nc != nil {

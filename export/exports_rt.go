@@ -238,9 +238,10 @@ func goexp_cecollEventDestroy(e C.cecollEvent_t) (res C.ncclResult_t) {
 // Thread-local capture mode, as the header prescribes. One thread that
 // captures every rank's stream (a grouped collective) ends the first
 // capture while its others are still open, and CUDA refuses
-// cuGraphInstantiate in that state (900, invalidating the other captures;
-// measured on the H200): cecollStreamEndCapture then defers instantiation
-// to the graph's first launch (graphs.go).
+// cuGraphInstantiate in that state (error 900, which invalidates the other
+// captures: docs/measurements.md, "Instantiating a graph while captures are
+// open"): cecollStreamEndCapture then defers instantiation to the graph's
+// first launch (graphs.go).
 //
 //export goexp_cecollStreamBeginCapture
 func goexp_cecollStreamBeginCapture(s C.cudaStream_t) (res C.ncclResult_t) {

@@ -16,7 +16,7 @@ const (
 	// In-place AlltoAll uses it as the scratch of its swaps.
 	DefaultStagingBytes = 32 << 20
 	// DefaultHubBytes bounds a hub AllGather (chunk*n bytes per rank); see
-	// plan.go. docs/measurements.md, fifth session, has the sweep.
+	// plan.go. docs/measurements.md, "Where hub rounds stop", has the sweep.
 	DefaultHubBytes = 4 << 20
 	// hubAlltoAllBytes bounds a hub AlltoAll (chunk*n) below HubBytes: its
 	// 2D copies lose to pushes sooner (same sweep).
@@ -33,8 +33,8 @@ const (
 // Sync algorithms of a full flag sync (Config.Sync).
 const (
 	// SyncAuto: star from 4 ranks up unless the device has multicast,
-	// all pairs otherwise. On one H200 (8 B AllGather graph replays, us,
-	// allpairs / star): N=2 10.6 / 12.9, N=4 35.0 / 27.9, N=8 108.9 / 50.5.
+	// all pairs otherwise: the faster of the two at each size
+	// (docs/measurements.md, "Star or all pairs").
 	SyncAuto = "auto"
 	// SyncAllPairs: every rank signals every peer (n(n-1) writes, one
 	// hop), or once through multicast.

@@ -65,9 +65,7 @@ type Engine struct {
 
 	issued atomic.Uint64 // eager collectives enqueued (progress)
 
-	// Abort's release loop, and how long Close waits for the streams.
-	relStop    chan struct{}
-	relDone    chan struct{}
+	// How long Close waits for the streams.
 	drainLimit time.Duration
 }
 
@@ -112,11 +110,11 @@ func (e *Engine) setup() error {
 	if e.es, err = rt.StreamCreate(); err != nil {
 		return initErr("stream create", err)
 	}
-	// Every stream of a process counts against the driver's limits (on
-	// the H200 a graph launch blocks on the host once the streams and the
-	// graphs parked on waits reach about 34: docs/measurements.md, seventh
-	// session), and where ranks share a device a copy beside the others
-	// gains nothing: no side stream there.
+	// Every stream of a process counts against the driver's limits (a
+	// graph launch blocks on the host once the streams and the graphs
+	// parked on waits reach about 34: docs/measurements.md, "Graphs with
+	// parked waits"), and where ranks share a device a copy beside the
+	// others gains nothing: no side stream there.
 	if !e.c.DeviceShared() {
 		if e.side, err = rt.StreamCreate(); err != nil {
 			return initErr("stream create", err)
@@ -142,9 +140,9 @@ func (e *Engine) setup() error {
 
 // warmUp runs each kind of device operation the engine uses once on its
 // own stream and waits for it, before any flag wait of this communicator
-// exists: whatever the driver sets up lazily at a first use (on the H200
-// the first collective of a thread per rank hung in 1 of 12 runs without
-// a warm-up, none in 10 with one: docs/measurements.md) happens here.
+// exists: whatever the driver sets up lazily at a first use happens here
+// (without it a thread per rank's first collective could hang:
+// docs/measurements.md, "Warm-up before the first flag wait").
 func (e *Engine) warmUp() error {
 	rt, s := e.rt, e.es
 	w := e.sig.local(localScratch)

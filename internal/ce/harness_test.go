@@ -253,8 +253,6 @@ type rankEnv struct {
 	e   *Engine
 	s   hip.Stream
 	mem []hip.DevicePtr
-	// graph, when set, is what premature launches instead of an eager call.
-	graph hip.GraphExec
 }
 
 func (r *rankEnv) alloc(n uintptr) hip.DevicePtr {

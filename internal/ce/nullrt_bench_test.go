@@ -8,9 +8,9 @@ import (
 )
 
 // nullRT runs no device work, so BenchmarkLaunchNull times the engine's own
-// cost per Launch (validation, path, ops built, submit bookkeeping): 0.26
-// us for a 4-rank AllGather on the CI machine, against the 25-40 us a
-// rank-call costs on the H200 (docs/measurements.md).
+// cost per Launch (validation, path, ops built, submit bookkeeping), to set
+// against a rank-call's host cost on a GPU (docs/measurements.md, "The
+// engine's own launch cost").
 type nullRT struct{ testRT }
 
 func (nullRT) StreamBatchMemOp(hip.Stream, []hip.MemOp) error                      { return nil }

@@ -234,9 +234,8 @@ func (e *Engine) subBatches(chunk uintptr) int {
 
 // useHub: a small AllGather or AlltoAll on the group path with every rank
 // on one device runs as one rooted round at rank 0, which makes every copy
-// (kindHub): two hops of flags instead of the four of two star syncs. On
-// one H200, 8 B graph replays at N=2/4/8: hub 8.0 / 19.0 / 38.0 us against
-// pushes 10.7 / 30.0 / 57.1 (docs/measurements.md, fifth session).
+// (kindHub): two hops of flags instead of the four of two star syncs
+// (docs/measurements.md, "Hub and released rounds, in us").
 func (e *Engine) useHub(p *plan) bool {
 	bytes := uint64(p.chunk) * uint64(e.n)
 	if p.path != pathGroup || e.cfg.HubBytes <= 0 || !e.c.OneDevice() || bytes > uint64(e.cfg.HubBytes) {
@@ -476,9 +475,8 @@ func (e *Engine) peerBlock(q int, o uintptr) hip.DevicePtr {
 // buffers are ready) and every rank copies its own block on its own
 // stream (Scatter: from the root's send; Gather: into the root's recv),
 // so the n copies run at once instead of one after another on the root's;
-// step 1: the peers signal the root that they are done. On one H200, a
-// 64 MiB Gather at 4 ranks took 147-151 us eager against 159-160 with the
-// root's copies (docs/measurements.md, fifth session).
+// step 1: the peers signal the root that they are done
+// (docs/measurements.md, "Hub and released rounds, in us").
 func (e *Engine) fillReleased(j int) (syncKind, int) {
 	p := &e.cur.plan
 	a, me, c, chunk := &p.a, e.rank, p.a.Root, p.chunk

@@ -13,13 +13,14 @@ import (
 // several ranks in a group, or the legacy NULL stream; every eager
 // collective of the communicator runs on es, one after another (B19); and
 // the engine knows its streams. (The caller's stream still waits on the
-// end event, and on the H200 an event wait holds a hardware queue as a
-// flag wait does: docs/measurements.md, eighth session. internal/comm
-// counts two per rank.) A captured call forks es into the capture the same
-// way (ranks sharing a stream need the branches); es then stays in the
-// capture until it ends, so an eager call meanwhile is refused (capOpen)
-// rather than captured. A replay runs on the graph's own streams; graph
-// launches are ordered with the eager calls by OrderBefore and OrderAfter.
+// end event, and an event wait holds a hardware queue as a flag wait does:
+// docs/measurements.md, "Do event waits hold hardware queues?";
+// internal/comm counts two per rank.) A captured call forks es into the
+// capture the same way (ranks sharing a stream need the branches); es then
+// stays in the capture until it ends, so an eager call meanwhile is
+// refused (capOpen) rather than captured. A replay runs on the graph's own
+// streams; graph launches are ordered with the eager calls by OrderBefore
+// and OrderAfter.
 //
 // A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
 // plan step i (Step(0) joins in first), Step(2i+1) its second, and
@@ -68,7 +69,8 @@ func (e *Engine) Launch(a *Args) error {
 	return nil
 }
 
-// Prepare validates and plans a, enqueueing nothing: a call it refuses
+// Prepare validates and plans a (whose arguments its caller checked: see
+// validate), enqueueing nothing: a call it refuses
 // leaves no trace on any stream, so a group may refuse every rank's part
 // of a call when one rank's fails. Step then runs it.
 func (e *Engine) Prepare(a *Args) (Prepared, error) {
@@ -135,8 +137,7 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 // a group of one thread holding every rank (the group hands every rank's
 // event: Args.PeerEvents), with every rank on one device, eagerly (a
 // graph is replayed later, with no such order); flags everywhere else.
-// On one H200 a 64 MiB released round took 132.5 us with events against
-// 153-155 with flags (docs/measurements.md, sixth session).
+// Events are the faster there (docs/measurements.md, "Events or flags").
 func (e *Engine) chooseEvents(p *plan, capturing bool) bool {
 	return !e.cfg.NoEvents && !capturing && p.path == pathGroup && len(p.a.PeerEvents) == e.n && e.c.OneDevice()
 }
@@ -253,10 +254,10 @@ var sideCopyMin uintptr = 1 << 20
 
 // localCopies enqueues the step's local copies (segLocal: this rank's own
 // block), after what e.ops holds. A large one runs on the side stream,
-// beside the pushes (on two H200s a batch's copies ran one after
-// another: docs/measurements.md, second session); not under capture, where
-// a branch of the graph would do, nor by events, whose order is the
-// group's.
+// beside the pushes, since a batch's copies run one after another
+// (docs/measurements.md, "The own block on a side stream"); not under
+// capture, where a branch of the graph would do, nor by events, whose
+// order is the group's.
 func (e *Engine) localCopies(s hip.Stream, capturing bool) error {
 	lo, hi := e.cp.bounds(segLocal)
 	if lo == hi {
@@ -406,54 +407,24 @@ func (l *copyList) bounds(g int) (int, int) {
 	return at(g), at(g + 1)
 }
 
-// validate checks a and returns the chunk in bytes.
+// validate checks what only the engine knows of a, and returns the chunk
+// in bytes. The arguments themselves (collective, datatype, element size,
+// root, overflow, NULL buffers, a group's root included) were checked
+// once at each rank's call, by the caller (NCCL's argcheck:
+// internal/comm), before a group deferred them.
 func (e *Engine) validate(a *Args) (uintptr, error) {
-	switch a.Func {
-	case FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather:
-	default:
-		return 0, result.Errorf(result.InvalidUsage, "ce: %s cannot run on copy engines: they move data only (AllGather, AlltoAll, Scatter, Gather)", a.Func)
-	}
-	if a.Datatype < 0 || a.Datatype >= NumTypes {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: invalid datatype %d", a.Func, a.Datatype)
-	}
 	if !e.able {
 		return 0, result.Errorf(result.InvalidUsage, "ce %s: copy engines cannot run it on this runtime: stream memory operations need CUDA driver >= 12.5 or HIP >= 7.0", a.Func)
-	}
-	if a.EltSize != eltSizes[a.Datatype] {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: element size %d does not match %s (%d bytes)", a.Func, a.EltSize, TypeName(a.Datatype), eltSizes[a.Datatype])
-	}
-	if a.Func.Rooted() && (a.Root < 0 || a.Root >= e.n) {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: root %d out of range [0, %d)", a.Func, a.Root, e.n)
-	}
-	const maxPtr = ^uintptr(0)
-	if a.Count > maxPtr/a.EltSize || a.Count*a.EltSize > maxPtr/uintptr(e.n) {
-		return 0, result.Errorf(result.InvalidArgument, "ce %s: count %d of %d-byte elements times %d ranks overflows", a.Func, a.Count, a.EltSize, e.n)
 	}
 	chunk := a.Count * a.EltSize
 	if chunk == 0 {
 		return 0, nil
-	}
-	isRoot := a.Root == e.rank
-	if a.Func != FuncScatter || isRoot {
-		if a.Send == 0 {
-			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL send buffer on rank %d", a.Func, e.rank)
-		}
-	}
-	if a.Func != FuncGather || isRoot {
-		if a.Recv == 0 {
-			return 0, result.Errorf(result.InvalidArgument, "ce %s: NULL recv buffer on rank %d", a.Func, e.rank)
-		}
 	}
 	if err := e.checkPointers(a, chunk); err != nil {
 		return 0, err
 	}
 	if (a.PeerSend != nil && len(a.PeerSend) != e.n) || (a.PeerRecv != nil && len(a.PeerRecv) != e.n) {
 		return 0, result.Errorf(result.InvalidArgument, "ce %s: peer buffer lists must hold one entry per rank (%d)", a.Func, e.n)
-	}
-	if a.PeerRecv != nil && a.PeerSend != nil {
-		if err := e.validateGroup(a, chunk); err != nil {
-			return 0, err
-		}
 	}
 	return chunk, nil
 }
@@ -501,22 +472,6 @@ func (e *Engine) checkPointer(f Func, what string, p hip.DevicePtr, n uintptr) e
 		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is pageable host memory, which copy engines reach only with the host waiting: use device memory (ncclMemAlloc, cudaMalloc) or pinned host memory", f, what, uintptr(p))
 	case k == hip.PtrUnmapped:
 		return result.Errorf(result.InvalidArgument, "ce %s: %s %#x is not mapped", f, what, uintptr(p))
-	}
-	return nil
-}
-
-// validateGroup checks what a group's buffer lists show about every rank:
-// the root's buffers of Gather and Scatter.
-func (e *Engine) validateGroup(a *Args, chunk uintptr) error {
-	switch a.Func {
-	case FuncGather:
-		if a.PeerRecv[a.Root] == 0 {
-			return result.Errorf(result.InvalidArgument, "ce Gather: NULL recv buffer on root %d", a.Root)
-		}
-	case FuncScatter:
-		if a.PeerSend[a.Root] == 0 {
-			return result.Errorf(result.InvalidArgument, "ce Scatter: NULL send buffer on root %d", a.Root)
-		}
 	}
 	return nil
 }

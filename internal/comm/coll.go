@@ -11,21 +11,48 @@ import (
 	"cecoll/internal/result"
 )
 
-// DatatypeSize is the size of an ncclDataType_t, 0 for an unknown one.
-func DatatypeSize(dt int32) uintptr { return ce.TypeSize(dt) }
+// Func is ncclFunc_t; export names the collectives through comm, which
+// alone talks to the engine.
+type Func = ce.Func
+
+// The collectives cecoll runs.
+const (
+	FuncAllGather = ce.FuncAllGather
+	FuncAlltoAll  = ce.FuncAlltoAll
+	FuncScatter   = ce.FuncScatter
+	FuncGather    = ce.FuncGather
+)
+
+// LaunchArgs are ncclLaunchCeColl's: its ncclCeCollArgs and stream.
+type LaunchArgs struct {
+	Func       Func
+	Root       int
+	Datatype   int32 // ncclDataType_t
+	Count      uintptr
+	EltSize    uintptr
+	Send, Recv hip.DevicePtr
+	Stream     hip.Stream
+}
 
 // Collective issues one public collective call (ncclAllGather ...): it
 // fills the arguments ncclLaunchCeColl would get and launches them.
-func (c *Comm) Collective(fn ce.Func, send, recv hip.DevicePtr, count uintptr, dt int32, root int, s hip.Stream) error {
-	a := ce.Args{Func: fn, Root: root, Datatype: dt, Count: count, EltSize: DatatypeSize(dt),
+func (c *Comm) Collective(fn Func, send, recv hip.DevicePtr, count uintptr, dt int32, root int, s hip.Stream) error {
+	a := ce.Args{Func: fn, Root: root, Datatype: dt, Count: count, EltSize: ce.TypeSize(dt),
 		Send: send, Recv: recv, Stream: s}
-	return c.Launch(&a, nil, nil)
+	return c.launch(&a, nil, nil)
 }
 
-// Launch is ncclLaunchCeColl: it validates a, then queues this rank's part
-// on a.Stream, or defers it to the thread's ncclGroupEnd. sendWin/recvWin
-// (may be nil) are windows of c holding the buffers. a is only read.
-func (c *Comm) Launch(a *ce.Args, sendWin, recvWin *Window) error {
+// Launch is ncclLaunchCeColl. sendWin/recvWin (may be nil) are windows of
+// c holding the buffers.
+func (c *Comm) Launch(l *LaunchArgs, sendWin, recvWin *Window) error {
+	a := ce.Args{Func: l.Func, Root: l.Root, Datatype: l.Datatype, Count: l.Count, EltSize: l.EltSize,
+		Send: l.Send, Recv: l.Recv, Stream: l.Stream}
+	return c.launch(&a, sendWin, recvWin)
+}
+
+// launch validates a, then queues this rank's part on a.Stream, or defers
+// it to the thread's ncclGroupEnd. a is only read.
+func (c *Comm) launch(a *ce.Args, sendWin, recvWin *Window) error {
 	if err := c.failedAsync(a.Func.String()); err != nil {
 		return err
 	}
@@ -257,7 +284,7 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 		}
 		return result.Errorf(result.InvalidUsage, "%s: cecoll runs AllGather, AlltoAll, Scatter and Gather on copy engines only", name)
 	}
-	elt := DatatypeSize(a.Datatype)
+	elt := ce.TypeSize(a.Datatype)
 	if elt == 0 {
 		return result.Errorf(result.InvalidArgument, "%s: unknown datatype %d (nccl.h's are 0 to %d)", name, a.Datatype, ce.NumTypes-1)
 	}

@@ -417,11 +417,12 @@ func (c *Comm) engine() engine {
 // checkQueues refuses a communicator whose ranks in this process on dev
 // could fill the device's hardware queues. While a collective is pending
 // each rank holds two: the engine's stream parked on a flag wait, and the
-// caller's stream waiting on the engine's end event (on the H200 an event
-// wait holds a queue as a flag wait does: docs/measurements.md, eighth
-// session). Once every queue holds a parked stream no other stream of the
-// process runs there, the releasing writes included (Caps.StreamQueues):
-// the first collective would hang, so an error now says how to fix it.
+// caller's stream waiting on the engine's end event (an event wait holds a
+// queue as a flag wait does: docs/measurements.md, "Do event waits hold
+// hardware queues?"). Once every queue holds a parked stream no other
+// stream of the process runs there, the releasing writes included
+// (Caps.StreamQueues): the first collective would hang, so an error now
+// says how to fix it.
 func checkQueues(rt hip.Runtime, dev, local int) error {
 	q := rt.Caps().StreamQueues
 	if q == 0 || queuesPerRank*local < q {

@@ -1,12 +1,10 @@
 package comm
 
 import (
-	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -230,60 +228,6 @@ func TestFinalizeDestroyAbort(t *testing.T) {
 	require.Empty(t, comms[2].wins)
 }
 
-func TestConfigFromC(t *testing.T) {
-	mk := func(size uintptr, magic uint32, blocking int32, policy int32) []byte {
-		b := make([]byte, 128)
-		binary.LittleEndian.PutUint64(b[0:], uint64(size))
-		binary.LittleEndian.PutUint32(b[8:], magic)
-		binary.LittleEndian.PutUint32(b[12:], 22809)
-		binary.LittleEndian.PutUint32(b[16:], uint32(blocking))
-		for off := 20; off < 80; off += 4 {
-			binary.LittleEndian.PutUint32(b[off:], uint32(undefInt&0xffffffff))
-		}
-		for _, off := range []int{32, 48} { // pointers: NULL
-			binary.LittleEndian.PutUint64(b[off:], 0)
-		}
-		binary.LittleEndian.PutUint32(b[60:], uint32(policy))
-		return b
-	}
-	for _, tc := range []struct {
-		name string
-		buf  []byte
-		code result.Code
-		want Config
-	}{
-		{"2.28 size", mk(80, ConfigMagic, 0, 1), result.Success, Config{Blocking: false, CTAPolicy: 1, CTASet: true}},
-		{"newer header", mk(96, ConfigMagic, 1, 2), result.Success, Config{Blocking: true, CTAPolicy: 2, CTASet: true}},
-		{"older header without CTAPolicy", mk(56, ConfigMagic, 0, 1), result.Success, Config{Blocking: false}},
-		{"only size/magic/version", mk(16, ConfigMagic, 0, 1), result.Success, Config{Blocking: true}},
-		{"undefined blocking", mk(80, ConfigMagic, undefInt, undefInt), result.Success, Config{Blocking: true}},
-		{"bad magic", mk(80, 0x12345678, 1, 0), result.InvalidArgument, Config{}},
-		{"too small", mk(8, ConfigMagic, 1, 0), result.InvalidArgument, Config{}},
-		{"bad blocking", mk(80, ConfigMagic, 7, 0), result.InvalidArgument, Config{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ConfigFromC(unsafe.Pointer(&tc.buf[0]))
-			require.Equal(t, tc.code, result.Of(err), "%v", err)
-			if tc.code == result.Success {
-				require.Equal(t, tc.buf[:binary.LittleEndian.Uint64(tc.buf)], cfg.Raw, "the caller's bytes, for the real library")
-				cfg.Raw = nil
-				require.Equal(t, tc.want, cfg)
-			}
-		})
-	}
-	cfg, err := ConfigFromC(nil)
-	require.NoError(t, err)
-	require.Equal(t, DefaultConfig(), cfg)
-
-	name := []byte("mycomm\x00")
-	b := mk(80, ConfigMagic, 1, 0)
-	binary.LittleEndian.PutUint64(b[48:], uint64(uintptr(unsafe.Pointer(&name[0]))))
-	cfg, err = ConfigFromC(unsafe.Pointer(&b[0]))
-	require.NoError(t, err)
-	require.Equal(t, "mycomm", cfg.CommName)
-	runtime.KeepAlive(name)
-}
-
 func TestCollectiveValidation(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	useFakeEngine(t)
@@ -324,7 +268,7 @@ func TestCollectiveValidation(t *testing.T) {
 			require.Equal(t, tc.code, result.Of(err), "%v", err)
 		})
 	}
-	a := ce.Args{Func: ce.FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
+	a := LaunchArgs{Func: FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
 	requireCode(t, result.InvalidArgument, c.Launch(&a, nil, nil))
 }
 

@@ -425,24 +425,11 @@ func (f *fakeRoot) serveFDs() {
 	}
 }
 
-// unsealedMemfd is what a peer that means to shrink it later passes.
-func unsealedMemfd(size int64) (int, error) {
-	name := []byte("unsealed\x00")
-	fd, _, e := syscall.Syscall(319, uintptr(unsafePointer(&name[0])), 1, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(fd), syscall.Ftruncate(int(fd), size)
-}
-
 // The rank's side: a peer (through the root that relays it) sends each
 // bad value; the victim, a real communicator of this process with the
 // real engine, survives every one with an error.
 func TestHostilePeerAtRank(t *testing.T) {
 	watchdog(t, 120*time.Second)
-	if runtime.GOARCH != "amd64" {
-		t.Skip("unsealedMemfd uses amd64's memfd_create number")
-	}
 	t.Setenv("CECOLL_BOOTSTRAP_TIMEOUT", "10")
 	rt := newRT(t, 1)
 	victim := func(t *testing.T, f *fakeRoot) (*Comm, error) {
@@ -475,7 +462,9 @@ func TestHostilePeerAtRank(t *testing.T) {
 		{"window-message-garbage", func(f *fakeRoot) {
 			f.mutate = func(m *winMsg) { m.ok = false }
 		}, result.InvalidArgument, "refused its buffer"},
-		{"memfd-unsealed", func(f *fakeRoot) { f.fd = unsealedMemfd }, result.UnhandledCudaError, "mapping rank 1's allocation"},
+		{"memfd-unsealed", func(f *fakeRoot) {
+			f.fd = func(size int64) (int, error) { return memfd.CreateUnsealed("unsealed", size) }
+		}, result.UnhandledCudaError, "mapping rank 1's allocation"},
 		{"memfd-short", func(f *fakeRoot) {
 			f.fd = func(size int64) (int, error) { return memfd.Create("short", size/2) }
 		}, result.UnhandledCudaError, "mapping rank 1's allocation"},

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"cecoll/internal/ce"
 	"cecoll/internal/forward"
@@ -314,11 +313,11 @@ func (c *Comm) ForwardRefusal(call, why string) error {
 // rank agreed on (the policy, the pairing, the windows) and the call's
 // arguments (cta: its ncclCollConfig_t's CTA policy, -1 if none), so every
 // rank decides alike, and it allocates nothing.
-func (c *Comm) RouteCE(fn ce.Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
+func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
 	if c.lib == nil || c.state() != stReady {
 		return true // CE only, or cecoll's own refusal
 	}
-	elt := DatatypeSize(dt)
+	elt := ce.TypeSize(dt)
 	bytes := uint64(count) * uint64(elt)
 	if c.Real() == 0 {
 		forward.Note(int(fn), fn.String(), bytes, true, forward.WhyNoReal)
@@ -365,17 +364,4 @@ func currentLib() (forward.Lib, pairMode, error) {
 		return nil, pairNone, nil
 	}
 	return lib, pairByID, nil
-}
-
-// rawConfig is the ncclConfig_t to hand the real library for a call
-// whose config pointer was p: the caller's own bytes, nil for none.
-func rawConfig(p unsafe.Pointer) []byte {
-	if p == nil {
-		return nil
-	}
-	cfg, err := ConfigFromC(p)
-	if err != nil {
-		return nil
-	}
-	return cfg.Raw
 }

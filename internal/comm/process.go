@@ -2,7 +2,6 @@ package comm
 
 import (
 	"sync"
-	"unsafe"
 
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
@@ -55,13 +54,8 @@ func MemFree(rt hip.Runtime, p hip.DevicePtr) error {
 	return nil
 }
 
-// ProcInitRank is ncclCommInitRankConfig on the process's runtime: config
-// points to the caller's ncclConfig_t (nil: defaults), read by its size.
-func ProcInitRank(id ID, n, rank int, config unsafe.Pointer) (*Comm, error) {
-	cfg, err := ConfigFromC(config)
-	if err != nil {
-		return nil, err
-	}
+// ProcInitRank is ncclCommInitRankConfig on the process's runtime.
+func ProcInitRank(id ID, n, rank int, cfg Config) (*Comm, error) {
 	rt, err := Runtime()
 	if err != nil {
 		return nil, err
@@ -101,7 +95,7 @@ func ProcMemFree(p hip.DevicePtr) error {
 
 // Implemented is ncclCeImplemented for the calling thread's device; false
 // when no runtime loads.
-func Implemented(fn ce.Func, redOp, dt int32) bool {
+func Implemented(fn Func, redOp, dt int32) bool {
 	rt, err := Runtime()
 	if err != nil {
 		return false

@@ -156,8 +156,9 @@ type Caps struct {
 	PageableBlocks bool
 	// StreamQueues: once this many streams of the process wait on one
 	// device at once, no other work of the process runs there (CUDA: the
-	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS; measured on
-	// the H200, docs/measurements.md). 0: no such limit is known.
+	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS:
+	// docs/measurements.md, "Hardware queues: which waiting streams stall
+	// the GPU"). 0: no such limit is known.
 	StreamQueues int
 }
 

@@ -32,18 +32,33 @@ var ErrTooSmall = errors.New("memory file smaller than claimed")
 // later writable mappings). name shows in /proc/PID/fd; it must not hold a
 // NUL.
 func Create(name string, size int64) (int, error) {
+	fd, err := create(name, size, mfdCloexec|mfdAllowSealing)
+	if err != nil {
+		return -1, err
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), fAddSeals, sealsOfCreate); e != 0 {
+		syscall.Close(fd)
+		return -1, fmt.Errorf("F_ADD_SEALS: %w", e)
+	}
+	return fd, nil
+}
+
+// CreateUnsealed returns a close-on-exec memory file of size bytes without
+// seals: what a peer that means to shrink it later passes, for the tests
+// of Check's callers.
+func CreateUnsealed(name string, size int64) (int, error) {
+	return create(name, size, mfdCloexec)
+}
+
+func create(name string, size int64, flags uintptr) (int, error) {
 	cname := append([]byte(name), 0)
-	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&cname[0])), mfdCloexec|mfdAllowSealing, 0)
+	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&cname[0])), flags, 0)
 	if e != 0 {
 		return -1, fmt.Errorf("memfd_create: %w", e)
 	}
 	if err := syscall.Ftruncate(int(fd), size); err != nil {
 		syscall.Close(int(fd))
 		return -1, fmt.Errorf("ftruncate: %w", err)
-	}
-	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, fAddSeals, sealsOfCreate); e != 0 {
-		syscall.Close(int(fd))
-		return -1, fmt.Errorf("F_ADD_SEALS: %w", e)
 	}
 	return int(fd), nil
 }

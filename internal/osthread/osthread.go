@@ -3,25 +3,31 @@
 // captures) is keyed by it, on every call of the launch path.
 package osthread
 
-/*
-#include <sys/syscall.h>
-#include <unistd.h>
+import (
+	"sync/atomic"
+	"syscall"
+)
 
-static __thread int cecoll_tid;
+var cache atomic.Pointer[func() int]
 
-static int cecoll_gettid(void) {
-	if (cecoll_tid == 0)
-		cecoll_tid = (int)syscall(SYS_gettid);
-	return cecoll_tid;
+// ID returns the kernel id of the calling OS thread (gettid). As with
+// gettid, the caller must not migrate between threads while it relies on
+// the answer (a cgo callback, or a goroutine that locked its thread).
+func ID() int {
+	if f := cache.Load(); f != nil {
+		return (*f)()
+	}
+	return syscall.Gettid()
 }
-*/
-import "C"
 
-// ID returns the kernel id of the calling OS thread (gettid), cached in C
-// thread-local storage: on the 2-core CI machine a cgo call to it costs 31
-// ns against 150 for the syscall, which an 8-byte grouped collective of 4
-// ranks made a dozen times. A new thread starts with an empty cache, so a
-// reused id is never stale. As with gettid, the caller must not migrate
-// between threads while it relies on the answer (a cgo callback, or a
-// goroutine that locked its thread).
-func ID() int { return int(C.cecoll_gettid()) }
+// UseCache makes ID answer with f, which must return gettid's value for
+// the calling thread (nil: the syscall again). The C library installs one
+// that caches it in C thread-local storage, a fifth of the syscall's cost
+// (docs/measurements.md, "Thread ids from C thread-local storage").
+func UseCache(f func() int) {
+	if f == nil {
+		cache.Store(nil)
+		return
+	}
+	cache.Store(&f)
+}

@@ -2,7 +2,6 @@ package osthread
 
 import (
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -10,28 +9,17 @@ import (
 )
 
 func TestIDIsGettid(t *testing.T) {
-	const n = 8
-	ids := make([]int, n)
-	var recorded, done sync.WaitGroup
-	recorded.Add(n)
-	done.Add(n)
-	for i := range n {
-		go func() {
-			defer done.Done()
-			runtime.LockOSThread() // and never unlocked: the thread exits with the goroutine
-			require.Equal(t, syscall.Gettid(), ID())
-			require.Equal(t, ID(), ID(), "cached")
-			ids[i] = ID()
-			recorded.Done()
-			recorded.Wait() // all threads alive at once
-		}()
-	}
-	done.Wait()
-	seen := map[int]bool{}
-	for _, id := range ids {
-		require.False(t, seen[id], "two live threads with one id")
-		seen[id] = true
-	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.Equal(t, syscall.Gettid(), ID())
+}
+
+func TestUseCache(t *testing.T) {
+	t.Cleanup(func() { UseCache(nil) })
+	UseCache(func() int { return -7 })
+	require.Equal(t, -7, ID())
+	UseCache(nil)
+	require.Equal(t, syscall.Gettid(), ID())
 }
 
 func BenchmarkID(b *testing.B) {
@@ -39,11 +27,5 @@ func BenchmarkID(b *testing.B) {
 	defer runtime.UnlockOSThread()
 	for range b.N {
 		_ = ID()
-	}
-}
-
-func BenchmarkGettid(b *testing.B) {
-	for range b.N {
-		_ = syscall.Gettid()
 	}
 }

@@ -81,10 +81,10 @@ var cases = []struct {
 //
 // On a GPU, streams share a few hardware queues, and a wait-value at the
 // head of one stalls everything queued behind it there: a stream that is
-// to release a waiter must not share its queue. On the H200 the suite
-// passes with NVIDIA's default of 8 queues per device and deadlocks with
-// CUDA_DEVICE_MAX_CONNECTIONS=1 or 2; the suite keeps at most 5 streams
-// blocked or releasing at once.
+// to release a waiter must not share its queue. The suite keeps at most 5
+// streams blocked or releasing at once, within NVIDIA's default of 8
+// queues per device (docs/measurements.md, "The conformance suite and
+// hardware queues").
 func Run(t *testing.T, rt hip.Runtime, opts Options) {
 	t.Helper()
 	opts = opts.withDefaults()
@@ -364,8 +364,9 @@ func (e *env) releaser() {
 
 // releaseWith writes value to addr from a stream of its own, the way a peer
 // releases a waiter. The host itself writes no device memory while a wait
-// is pending: on the H200 a synchronous host-to-device Memcpy issued then
-// did not return (its work queued behind the wait, as far as we can tell).
+// is pending: a synchronous host-to-device Memcpy may queue behind the
+// wait and never return (docs/measurements.md, "A synchronous copy behind
+// a wait").
 func (e *env) releaseWith(addr hip.DevicePtr, value uint32) {
 	e.t.Helper()
 	e.releaser()

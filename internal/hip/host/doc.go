@@ -25,8 +25,9 @@
 // device's legacy NULL stream. PointerInfo reports the allocations (and
 // multicast ranges) as PtrDevice with their base and size, any other
 // readable address as PtrDevice with Base and Size 0, and an address that
-// cannot be read as PtrUnmapped (a fault-guarded read of its word, about
-// 110 ns; mincore(2) took 0.6 us and passes PROT_NONE pages).
+// cannot be read as PtrUnmapped (a fault-guarded read of its word: cheaper
+// than mincore(2), which passes PROT_NONE pages; docs/measurements.md,
+// "Pointer checks").
 //
 // # Streams
 //

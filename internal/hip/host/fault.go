@@ -22,9 +22,9 @@ import (
 // TestFaultPrimitives checks. Each primitive restores the goroutine's
 // previous setting: a caller's own goroutine keeps its behaviour.
 //
-// Cost (BenchmarkFaultGuard, 2-core CI machine, two runs): 4 to 11 ns on
-// a 64-byte copy (12-15 ns bare) and 9 ns on a flag load, mostly the two
-// SetPanicOnFault calls; an op costs 70 to 100 ns inline.
+// Cost: a few ns per guarded copy or load, mostly the two SetPanicOnFault
+// calls, against 70 to 100 ns for an op run inline (BenchmarkFaultGuard;
+// docs/measurements.md, "Fault guards of the host device").
 
 // isFault reports whether a recovered panic value is a memory fault: a
 // runtime error for an invalid address. Any other panic is a bug and is

@@ -13,8 +13,8 @@ package host
 // whole grouped collective of a few ranks can finish on the issuing
 // thread. Nothing here ever blocks, so a thread that drives every rank of
 // a group cannot deadlock on a flag only its own later calls write.
-// (8-byte grouped collectives from one thread on the 2-core CI machine:
-// 2 ranks about 4 us instead of 4.4-8, 4 ranks 8-10 us instead of 10-34.)
+// (docs/measurements.md, "Inline execution, from one thread", has what it
+// saves.)
 //
 // Ownership: s.running marks the one executor, taken and dropped under
 // s.mu. A worker that meets an unsatisfied flag wait parks: it drops
@@ -78,12 +78,10 @@ func (s *stream) kick() {
 // the stream (s.mu held): only when nothing pending has to go to the
 // worker anyway. A queue with a big copy is the worker's from its head:
 // running the small ops before it inline would not spare the worker's
-// wake, and taking a stream from a parked worker costs it a hand-over
-// (4-rank AllGathers of 16 KiB chunks, a 64 KiB batch per rank, took
-// 73-95 us that way against 28-43 us worker-only). Counted, not scanned:
-// a thread that runs ahead leaves long queues, and those should still be
-// taken over (4 ranks on their own threads: 16-20 us per 8-byte AllGather
-// against 210 us when queues over 64 ops were left to the workers).
+// wake, and taking a stream from a parked worker costs it a hand-over.
+// Counted, not scanned: a thread that runs ahead leaves long queues, and
+// those should still be taken over (docs/measurements.md, "Which queues
+// are taken inline").
 func (s *stream) inlineable() bool { return s.nBig == 0 }
 
 // wakeIfPending signals an idle worker when ops are pending and nobody

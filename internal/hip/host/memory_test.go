@@ -87,12 +87,9 @@ func TestMemImportChecksPeerFD(t *testing.T) {
 	require.ErrorIs(t, syscall.Ftruncate(fd, 0), syscall.EPERM, "an exported allocation cannot shrink")
 	closeFD(t, fd)
 
-	name := []byte("unsealed\x00")
-	raw, _, e := syscall.Syscall(319 /* memfd_create */, uintptr(unsafe.Pointer(&name[0])), 1, 0)
-	require.Zero(t, e)
-	unsealed := int(raw)
+	unsealed, err := memfd.CreateUnsealed("unsealed", int64(pageSize))
+	require.NoError(t, err)
 	defer closeFD(t, unsealed)
-	require.NoError(t, syscall.Ftruncate(unsealed, int64(pageSize)))
 	_, err = rt.MemImport(unsealed, pageSize)
 	require.Equal(t, hip.ErrInvalidHandle, err, "unsealed memfd")
 

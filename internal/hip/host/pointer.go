@@ -10,9 +10,10 @@ import "cecoll/internal/hip"
 // tensors work), with the calling thread's device and Base and Size 0.
 // An address that cannot be read is PtrUnmapped: not mapped, PROT_NONE,
 // or a file mapping past its end. That is found by a fault-guarded read
-// of the 32-bit word holding p (fault.go), about 20 ns where mincore(2)
-// took 400 to 700 (BenchmarkPointerInfo, which measures both), and this
-// runs on every collective whose buffers are not MemAlloc'd; the read
+// of the 32-bit word holding p (fault.go), a twentieth of mincore(2)'s
+// cost (BenchmarkPointerInfo measures both; docs/measurements.md,
+// "Pointer checks"), and this runs on every collective whose buffers are
+// not MemAlloc'd; the read
 // faults in nothing but a zero page of memory never touched (and may read
 // a file mapping's page in, as the copy would).
 func (rt *Runtime) PointerInfo(p hip.DevicePtr) (hip.PointerInfo, error) {

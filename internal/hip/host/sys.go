@@ -91,11 +91,9 @@ func condHolds(cur, val, cond uint32) bool {
 // Waiting: a short spin (the flag is often about to flip) that yields the
 // processor on each load, then futex sleeps whose timeout doubles from
 // waitMinSleep to waitMaxSleep, so a wake lost between the check and the
-// sleep only costs latency. 20 spins, not 300: on the 2-core CI machine
-// the longer spin kept yielding among more goroutines than processors,
-// and 8 B AllGathers took 17-31 us at 4 ranks (20 spins: 14-16), 58-71 us
-// at 8 (43-52) and 157-200 us with 4 processes (110-114); 2 ranks in one
-// process stayed at 6 us.
+// sleep only costs latency. 20 spins, not 300: with more goroutines than
+// processors a longer spin keeps yielding among them, and small
+// collectives got slower (docs/measurements.md, "The flag-wait spin").
 const (
 	waitSpins    = 20
 	waitMinSleep = 50 * time.Microsecond

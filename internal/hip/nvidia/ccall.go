@@ -13,9 +13,8 @@ static uintptr_t cecoll_call9(uintptr_t f, uintptr_t a0, uintptr_t a1, uintptr_t
 import "C"
 
 // ccall calls the driver function fn with a's words through a cgo
-// trampoline, the cheapest of the mechanisms measured: 27 ns a call
-// against 90 for purego.SyscallN over a pooled frame and 400 for a typed
-// purego function (BenchmarkMechanismNoGPU, docs/measurements.md). Every
+// trampoline, the cheapest call mechanism (BenchmarkMechanismNoGPU;
+// docs/measurements.md, "Driver call mechanisms"). Every
 // driver entry point takes at most 9 word-sized integer or pointer
 // arguments and none is variadic, and the x86-64 and arm64 C ABIs let a
 // caller pass more such arguments than the callee reads, so one 9-word

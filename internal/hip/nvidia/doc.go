@@ -20,7 +20,7 @@
 //     go through purego.SyscallN, which keeps the Go pointers it is given
 //     alive.
 //
-// Multicast is never bound: cuMulticast* calls are forbidden on the lent GPU
-// machines, so Caps().Multicast is false and MulticastCreate returns
-// hip.ErrNotSupported.
+// Multicast is never bound: cuMulticast* calls are forbidden on the GPU
+// machines cecoll is tested on, so Caps().Multicast is false and
+// MulticastCreate returns hip.ErrNotSupported.
 package nvidia

@@ -106,7 +106,7 @@ func openPath(path string) (rt *Runtime, err error) {
 		// (B5); older drivers accept them. The engine then writes peer
 		// flags by copy instead.
 		PeerWriteValue: r.version < peerWriteValueMaxBelow,
-		// Never: cuMulticastCreate is forbidden on the lent GPU machines.
+		// Never: see MulticastCreate.
 		Multicast:      false,
 		SplitWaitReset: false,
 		StreamMemOps:   r.version >= 12050,
@@ -388,11 +388,10 @@ func (r *Runtime) DeviceSynchronize() error {
 // application's blocking streams are waited for, as CUDA's own synchronous
 // memset does.
 //
-// Measured on the H200 (docs/measurements.md): once about as many streams
-// as the context has hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, default
-// 8) are parked on wait-values, other work of the process stalls, this call
-// included, whichever stream it uses (a private non-blocking stream hung the
-// same way). With CUDA_DEVICE_MAX_CONNECTIONS=32 the same test passed.
+// Once about as many streams as the context has hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS, default 8) are parked on wait-values, other
+// work of the process stalls, this call included, whichever stream it uses
+// (docs/measurements.md, "Memset behind parked streams").
 func (r *Runtime) Memset(p hip.DevicePtr, value byte, n uintptr) error {
 	if n == 0 {
 		return nil
@@ -643,8 +642,8 @@ func (r *Runtime) GraphExecDestroy(g hip.GraphExec) error {
 }
 
 // MulticastCreate always returns hip.ErrNotSupported: multicast objects are
-// forbidden on the lent GPU machines (they can take a shared host's GPUs
-// out of service), so no cuMulticast* symbol is even bound.
+// forbidden on the GPU machines cecoll is tested on (they can take a shared
+// host's GPUs out of service), so no cuMulticast* symbol is even bound.
 func (r *Runtime) MulticastCreate(members []hip.DevicePtr, size uintptr) (hip.DevicePtr, error) {
 	return 0, hip.ErrNotSupported
 }
@@ -665,13 +664,14 @@ const (
 // wait-value during a flag sync; once the parked streams fill the
 // context's queues, every other stream of the process stalls, a peer's
 // releasing write included, and the GPU deadlocks (docs/measurements.md,
-// "parked streams"). Under MPS the clients of a server share one pool of
-// queues, and 32 per client exhausts it after a few clients (their
-// contexts fail with out of memory: docs/measurements.md, "MPS"), so with
-// an MPS daemon running the driver's default stays. The variable only
-// counts if set before the driver's cuInit; streamQueues says what holds.
-// It returns the variable as the user left it (blank counts as unset), and
-// whether cecoll raised it.
+// "Hardware queues: which waiting streams stall the GPU"). Under MPS the
+// clients of a server share one pool of queues, and 32 per client exhausts
+// it after a few clients (their contexts fail with out of memory:
+// docs/measurements.md, "MPS"), so with an MPS daemon running the
+// driver's default stays. The variable only counts if set before the
+// driver's cuInit; streamQueues says what holds. It returns the variable
+// as the user left it (blank counts as unset), and whether cecoll raised
+// it.
 func raiseConnections() (v string, set, raised bool) {
 	p := param.CUDADeviceMaxConnections
 	v, set = p.Get(), p.IsSet()
@@ -715,9 +715,9 @@ const defaultMPSPipeDirectory = "/tmp/nvidia-mps"
 // streamQueues is Caps.StreamQueues: the hardware queues the process's
 // contexts have. v, set: the variable as the process started (before
 // raiseConnections); raised: cecoll set it before the driver's first
-// cuInit. As measured on the H200 (chanpark), the driver reads the
-// variable at cuInit, not when it makes a context, caps it at 32 and keeps
-// its default 8 for 0 or a word. So a value the user set counts; else
+// cuInit. The driver reads the variable at cuInit, not when it makes a
+// context, caps it at 32 and keeps its default 8 for 0 or a word (the same
+// section of docs/measurements.md). So a value the user set counts; else
 // cecoll's 32 where it raised it in time; else the 8.
 func streamQueues(v string, set, raised bool) int {
 	if set {

@@ -121,8 +121,9 @@ func TestMulticastNeverSupported(t *testing.T) {
 }
 
 // TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
-// reads it (measured on the H200: docs/measurements.md), else cecoll's 32
-// where it raised the variable before the driver's cuInit, else the 8.
+// reads it (docs/measurements.md, "Hardware queues: which waiting streams
+// stall the GPU"), else cecoll's 32 where it raised the variable before
+// the driver's cuInit, else the 8.
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {
 		v           string
