@@ -36,11 +36,12 @@ const (
 // captures tracks the thread-local captures begun through
 // cecollStreamBeginCapture: stream -> capturing OS thread. A cgo callback
 // runs on the calling C thread, so gettid names it.
-var captures = captureSet{open: make(map[hip.Stream]int)}
+var captures = captureSet{open: make(map[hip.Stream]int), deferred: make(map[int][]*graphObj)}
 
 type captureSet struct {
-	mu   sync.Mutex
-	open map[hip.Stream]int
+	mu       sync.Mutex
+	open     map[hip.Stream]int  // stream -> capturing thread
+	deferred map[int][]*graphObj // thread -> graphs ended while it captured others
 }
 
 func (c *captureSet) begin(s hip.Stream) {
@@ -49,38 +50,52 @@ func (c *captureSet) begin(s hip.Stream) {
 	c.mu.Unlock()
 }
 
-// end forgets s and reports whether the calling thread still captures
-// another stream.
-func (c *captureSet) end(s hip.Stream) (othersOpen bool) {
+// end forgets s. While the calling thread still captures another stream it
+// keeps o for later and returns nil; at the thread's last open capture it
+// returns o with every graph kept before it, all now instantiable.
+func (c *captureSet) end(s hip.Stream, o *graphObj) []*graphObj {
 	t := osthread.ID()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.open, s)
 	for _, tid := range c.open {
 		if tid == t {
-			return true
+			c.deferred[t] = append(c.deferred[t], o)
+			return nil
 		}
 	}
-	return false
+	ready := append(c.deferred[t], o)
+	delete(c.deferred, t)
+	return ready
 }
 
-// endCapture ends the capture on s and registers the graph. It is
-// instantiated now unless the calling thread still captures other streams
-// (CUDA refuses instantiation then, in thread-local mode); otherwise its
-// first launch instantiates it.
+// endCapture ends the capture on s and registers the graph. CUDA refuses
+// instantiation while the calling thread captures other streams (thread-
+// local mode), so a graph ended then is instantiated when the thread's last
+// capture ends, with the others, so that a launch does not instantiate
+// (beside replays already parked on peers). A graph whose instantiation
+// fails here is tried again at its first launch.
 func endCapture(rt hip.Runtime, s hip.Stream) (uintptr, error) {
 	g, err := rt.StreamEndCapture(s)
-	othersOpen := captures.end(s)
-	comms := comm.TakeCaptured(s)
+	o := &graphObj{g: g, comms: comm.TakeCaptured(s)}
+	ready := captures.end(s, o)
 	if err != nil {
 		return 0, err
 	}
-	o := &graphObj{g: g, comms: comms}
-	if !othersOpen {
-		if o.x, err = rt.GraphInstantiate(g); err != nil {
-			_ = rt.GraphDestroy(g)
-			return 0, err
+	for _, r := range ready {
+		r.mu.Lock()
+		if r.x == 0 && !r.dead && r.g != 0 {
+			if x, ierr := rt.GraphInstantiate(r.g); ierr == nil {
+				r.x = x
+			} else if r == o {
+				err = ierr
+			}
 		}
+		r.mu.Unlock()
+	}
+	if err != nil {
+		_ = rt.GraphDestroy(g)
+		return 0, err
 	}
 	graphs.Lock()
 	k := graphs.next
