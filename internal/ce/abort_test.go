@@ -245,3 +245,97 @@ func TestCloseNeverWaits(t *testing.T) {
 		})
 	})
 }
+
+// slowReleaseRT holds every batch of memory ops enqueued on a stream made
+// after `after` is set (Abort's release stream) for 5 ms behind a gate
+// word, and records a stream destroyed while its work is still queued.
+type slowReleaseRT struct {
+	hip.Runtime
+	after     atomic.Bool
+	gates     hip.DevicePtr
+	next      atomic.Int32
+	mu        sync.Mutex
+	slow      map[hip.Stream]bool
+	destroyed []string // slow streams destroyed with queued work
+}
+
+const slowGates = 4096
+
+func (w *slowReleaseRT) StreamCreate() (hip.Stream, error) {
+	s, err := w.Runtime.StreamCreate()
+	if err == nil && w.after.Load() {
+		w.mu.Lock()
+		w.slow[s] = true
+		w.mu.Unlock()
+	}
+	return s, err
+}
+
+func (w *slowReleaseRT) StreamBatchMemOp(s hip.Stream, ops []hip.MemOp) error {
+	w.mu.Lock()
+	slow := w.slow[s]
+	w.mu.Unlock()
+	i := w.next.Add(1) - 1
+	if !slow || i >= slowGates {
+		return w.Runtime.StreamBatchMemOp(s, ops)
+	}
+	gate := w.gates + hip.DevicePtr(4*i)
+	if err := w.Runtime.StreamBatchMemOp(s, append([]hip.MemOp{hip.WaitValue32(gate, 1, hip.WaitGEQ)}, ops...)); err != nil {
+		return err
+	}
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		_ = hip.CopyToDevice(w.Runtime, gate, []byte{1, 0, 0, 0})
+	}()
+	return nil
+}
+
+func (w *slowReleaseRT) StreamDestroy(s hip.Stream) error {
+	w.mu.Lock()
+	if w.slow[s] && errors.Is(w.Runtime.StreamQuery(s), hip.ErrNotReady) {
+		w.destroyed = append(w.destroyed, fmt.Sprintf("stream %#x", s))
+	}
+	w.mu.Unlock()
+	return w.Runtime.StreamDestroy(s)
+}
+
+// TestAbortReleaseLandsBeforeFree: Close frees the signal words only after
+// the release loop's last writes landed. A write still queued then lands
+// in freed memory, which a later communicator of the process may have
+// been given (the matrix's batches, communicator after communicator in one
+// process, got wrong data and hangs under CECOLL_HOST_CHAOS=3).
+func TestAbortReleaseLandsBeforeFree(t *testing.T) {
+	c := collCase{fn: FuncAllGather, count: 64, dtype: 0, mode: bufPlain}
+	wraps := make([]*slowReleaseRT, 3)
+	w := newWorld(t, 3, worldOpts{wrap: func(rank int, rt hip.Runtime) hip.Runtime {
+		gates, err := rt.MemAlloc(4 * slowGates)
+		require.NoError(t, err)
+		require.NoError(t, hip.CopyToDevice(rt, gates, make([]byte, 4*slowGates)))
+		wraps[rank] = &slowReleaseRT{Runtime: rt, gates: gates, slow: make(map[hip.Stream]bool)}
+		return wraps[rank]
+	}})
+	w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
+		if r.rank == 2 {
+			r.w.bar.wait() // never joins the collective
+			return nil
+		}
+		p := r.prepare(c)
+		if err := r.e.Launch(&p.args); err != nil {
+			return err
+		}
+		r.w.bar.wait()
+		wraps[r.rank].after.Store(true)
+		r.e.Abort()
+		if err := streamDoneWithin(r.rt, r.s, time.Second); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond) // the loop keeps writing
+		<-r.e.Close()
+		require.True(t, r.e.Drained(), "state not freed")
+		return nil
+	})
+	for rank, wr := range wraps[:2] {
+		require.NotEmpty(t, wr.slow, "rank %d: no release stream seen", rank)
+		require.Empty(t, wr.destroyed, "rank %d: the release stream was destroyed (its words freed) with writes queued", rank)
+	}
+}

@@ -231,8 +231,11 @@ func (e *Engine) Close() <-chan struct{} {
 			}
 			return
 		}
-		drained := e.drain()
+		drained := e.drain(e.es, e.side)
 		e.sig.stopRelease()
+		// The release loop's last writes land before its words are freed:
+		// a later communicator may be given that memory.
+		drained = drained && e.drain(e.sig.abortStream)
 		if !drained {
 			log.Warnf("ce close: rank %d: its streams did not drain within %v; leaving the CE state allocated", e.rank, e.limit())
 			return
@@ -256,14 +259,14 @@ func (e *Engine) limit() time.Duration {
 	return e.drainLimit
 }
 
-// drain polls the engine's streams until every one is idle, for at most
+// drain polls streams (0s skipped) until every one is idle, for at most
 // limit(). Polling rather than a blocking synchronize keeps the wait
 // bounded. A query error other than not-ready counts as idle (the work is
 // not running).
-func (e *Engine) drain() bool {
+func (e *Engine) drain(streams ...hip.Stream) bool {
 	start := time.Now()
 	pause := 20 * time.Microsecond
-	for _, s := range [...]hip.Stream{e.es, e.side} {
+	for _, s := range streams {
 		if s == 0 {
 			continue
 		}
