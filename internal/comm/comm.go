@@ -430,8 +430,8 @@ func checkQueues(rt hip.Runtime, dev, local int) error {
 	}
 	fix := fmt.Sprintf("run at most %d ranks per device per process", (q-1)/queuesPerRank)
 	if q < hip.MaxStreamQueues {
-		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS=%d in the environment before the process first uses CUDA (up to %d ranks), or %s",
-			hip.MaxStreamQueues, (hip.MaxStreamQueues-1)/queuesPerRank, fix)
+		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS to at least %d (at most %d: up to %d ranks) in the environment before the process first uses CUDA, or %s",
+			queuesPerRank*local+1, hip.MaxStreamQueues, (hip.MaxStreamQueues-1)/queuesPerRank, fix)
 	}
 	return result.Errorf(result.InvalidUsage,
 		"%d ranks of this communicator share device %d in this process; each holds %d of the context's %d hardware queues "+

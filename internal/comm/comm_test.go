@@ -101,7 +101,7 @@ func TestQueueLimit(t *testing.T) {
 	_, err = InitAll(rt, 5, []int{0, 0, 1, 0, 0}, DefaultConfig())
 	requireCode(t, result.InvalidUsage, err)
 	require.ErrorContains(t, err, "4 ranks of this communicator share device 0 in this process")
-	require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS=32")
+	require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS to at least 9")
 
 	_, errs := initThreads(t, rt, []int{1, 1, 1, 1})
 	for r, err := range errs {

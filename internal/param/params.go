@@ -97,10 +97,10 @@ var (
 		"read only where cecoll sits in place of libnccl.so.2 or librccl.so.1: searched, cecoll's own file skipped, for the real library")
 
 	// The CUDA driver's, read and set by internal/hip/nvidia.
-	CUDADeviceMaxConnections = newString("CUDA_DEVICE_MAX_CONNECTIONS", User, "set to 32 by cecoll when unset, except under MPS", "1..32 (the driver caps larger values)",
+	CUDADeviceMaxConnections = newString("CUDA_DEVICE_MAX_CONNECTIONS", User, "set by cecoll when unset: 32, or 8 under MPS", "1..32 (the driver caps larger values)",
 		"hardware queues per context; a communicator with that many ranks on one device in one process is refused")
 	CUDAMPSPipeDirectory = newString("CUDA_MPS_PIPE_DIRECTORY", User, "/tmp/nvidia-mps", "a directory",
-		"MPS's; where its control daemon's socket is looked for: with one there, cecoll leaves CUDA_DEVICE_MAX_CONNECTIONS unset (MPS clients share one pool of queues)")
+		"MPS's; where its control daemon's socket is looked for: with one there, cecoll sets CUDA_DEVICE_MAX_CONNECTIONS to 8, not 32 (MPS clients share one pool of queues)")
 
 	// The host device's (internal/hip/host), which refuses a bad value: a
 	// test run on another device than the one asked for proves nothing.

@@ -73,9 +73,9 @@ func openPath(path string) (rt *Runtime, err error) {
 	}
 	// Only once the driver loaded, so that a process that ends up on
 	// another backend keeps its environment (and its log) as it was.
-	userConns, userSet, raised := raiseConnections()
+	userConns, userSet, raisedTo, mps := raiseConnections()
 	defer func() {
-		if err != nil && raised {
+		if err != nil && raisedTo > 0 {
 			os.Unsetenv(param.CUDADeviceMaxConnections.Name())
 		}
 	}()
@@ -111,15 +111,14 @@ func openPath(path string) (rt *Runtime, err error) {
 		SplitWaitReset: false,
 		StreamMemOps:   r.version >= 12050,
 		PageableBlocks: true,
-		StreamQueues:   streamQueues(userConns, userSet, raised && !preInit),
+		StreamQueues:   streamQueues(userConns, userSet, raisedTo, mps, preInit),
 	}
 	how := fmt.Sprintf("%s=%q from the user", param.CUDADeviceMaxConnections.Name(), userConns)
-	switch {
-	case raised:
-		how = fmt.Sprintf("%s=%d set by cecoll", param.CUDADeviceMaxConnections.Name(), maxConnections)
-	case !userSet:
-		how = fmt.Sprintf("%s left unset: an MPS control daemon listens at %s, and MPS clients share one pool of queues",
-			param.CUDADeviceMaxConnections.Name(), mpsDaemon())
+	if raisedTo > 0 {
+		how = fmt.Sprintf("%s=%d set by cecoll", param.CUDADeviceMaxConnections.Name(), raisedTo)
+	}
+	if mps {
+		how += fmt.Sprintf("; an MPS client of %s", mpsDaemon())
 	}
 	log.Infof(log.Init, "nvidia: %d hardware queues per context assumed (%s; driver initialised before cecoll: %v)",
 		r.caps.StreamQueues, how, preInit)
@@ -225,7 +224,7 @@ func (r *Runtime) primary(dev int) (uintptr, error) {
 			if errors.Is(err, hip.Error(mpsMaxClientsReached)) {
 				return 0, fmt.Errorf("device %d's context: the MPS server of %s serves as many clients as it can: %w", dev, d, err)
 			}
-			return 0, fmt.Errorf("device %d's context (an MPS client of %s; its clients share one pool of hardware queues, and %s=%q asks for that many each): %w",
+			return 0, fmt.Errorf("device %d's context (an MPS client of %s; its clients share one pool of hardware queues, and %s=%q asks for that many each: a lower value admits more clients; a process with one rank per device needs at least 3): %w",
 				dev, d, param.CUDADeviceMaxConnections.Name(), param.CUDADeviceMaxConnections.Get(), err)
 		}
 		return 0, err
@@ -652,36 +651,44 @@ func (r *Runtime) MulticastCreate(members []hip.DevicePtr, size uintptr) (hip.De
 func (r *Runtime) MulticastDestroy(mc hip.DevicePtr) error { return hip.ErrNotSupported }
 
 // Hardware queues per context (CUDA_DEVICE_MAX_CONNECTIONS): the driver's
-// default and its maximum.
+// default and its maximum; mpsConnections is what cecoll asks for an MPS
+// client, and mpsDefaultConnections what such a client has unasked.
 const (
-	defaultConnections = 8
-	maxConnections     = hip.MaxStreamQueues
+	defaultConnections    = 8
+	maxConnections        = hip.MaxStreamQueues
+	mpsConnections        = 8
+	mpsDefaultConnections = 2
 )
 
-// raiseConnections asks the driver for 32 hardware queues per context
-// (CUDA_DEVICE_MAX_CONNECTIONS, default 8) unless the user chose a number.
-// Several ranks share one GPU in cecoll, each parking its stream on a
-// wait-value during a flag sync; once the parked streams fill the
-// context's queues, every other stream of the process stalls, a peer's
-// releasing write included, and the GPU deadlocks (docs/measurements.md,
-// "Hardware queues: which waiting streams stall the GPU"). Under MPS the
-// clients of a server share one pool of queues, and 32 per client exhausts
-// it after a few clients (their contexts fail with out of memory:
-// docs/measurements.md, "MPS"), so with an MPS daemon running the
-// driver's default stays. The variable only counts if set before the
-// driver's cuInit; streamQueues says what holds. It returns the variable
-// as the user left it (blank counts as unset), and whether cecoll raised
-// it.
-func raiseConnections() (v string, set, raised bool) {
+// raiseConnections sets CUDA_DEVICE_MAX_CONNECTIONS, the hardware queues
+// per context, unless the user chose a number: 32 (the driver's default
+// is 8), or 8 for an MPS client. Several ranks share one GPU in cecoll,
+// each parking its streams on waits during a sync; once the parked
+// streams fill the context's queues, every other stream of the process
+// stalls, a peer's releasing write and Abort's release included, and the
+// GPU deadlocks (docs/measurements.md, "Hardware queues: which waiting
+// streams stall the GPU"). An MPS client left to the default has 2 queues,
+// which one rank's pending collective fills; but a server's clients share
+// one pool, and 32 each exhausts it after a few clients (their contexts
+// fail with out of memory): docs/measurements.md, "MPS". The variable
+// only counts if set before the driver's cuInit; streamQueues says what
+// holds. It returns the variable as the user left it (blank counts as
+// unset), the number cecoll set (0: none), and whether an MPS control
+// daemon listens.
+func raiseConnections() (v string, set bool, raisedTo int, mps bool) {
 	p := param.CUDADeviceMaxConnections
 	v, set = p.Get(), p.IsSet()
-	if !set && mpsDaemon() == "" {
+	mps = mpsDaemon() != ""
+	if !set {
+		raisedTo = maxConnections
+		if mps {
+			raisedTo = mpsConnections
+		}
 		// With cgo in the process os.Setenv also sets the C environment,
 		// which is what the driver reads.
-		os.Setenv(p.Name(), strconv.Itoa(maxConnections))
-		raised = true
+		os.Setenv(p.Name(), strconv.Itoa(raisedTo))
 	}
-	return v, set, raised
+	return v, set, raisedTo, mps
 }
 
 // mpsDaemon is the path of the MPS control daemon's socket, the one the
@@ -714,21 +721,27 @@ const defaultMPSPipeDirectory = "/tmp/nvidia-mps"
 
 // streamQueues is Caps.StreamQueues: the hardware queues the process's
 // contexts have. v, set: the variable as the process started (before
-// raiseConnections); raised: cecoll set it before the driver's first
-// cuInit. The driver reads the variable at cuInit, not when it makes a
-// context, caps it at 32 and keeps its default 8 for 0 or a word (the same
-// section of docs/measurements.md). So a value the user set counts; else
-// cecoll's 32 where it raised it in time; else the 8.
-func streamQueues(v string, set, raised bool) int {
+// raiseConnections); raisedTo: what cecoll set; mps: an MPS client;
+// preInit: the driver's cuInit came before cecoll's. The driver reads the
+// variable at cuInit, not when it makes a context, caps it at 32 and keeps
+// its default for 0 or a word (the same section of docs/measurements.md);
+// an MPS client stalls at exactly the number asked for, and at 2 without
+// one ("MPS"). So a value the user set counts; else cecoll's where it set
+// it in time; else the default.
+func streamQueues(v string, set bool, raisedTo int, mps, preInit bool) int {
+	def := defaultConnections
+	if mps {
+		def = mpsDefaultConnections
+	}
 	if set {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 {
-			return defaultConnections
+			return def
 		}
 		return min(n, maxConnections)
 	}
-	if raised {
-		return maxConnections
+	if raisedTo > 0 && !preInit {
+		return raisedTo
 	}
-	return defaultConnections
+	return def
 }

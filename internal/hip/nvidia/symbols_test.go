@@ -122,46 +122,54 @@ func TestMulticastNeverSupported(t *testing.T) {
 
 // TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
 // reads it (docs/measurements.md, "Hardware queues: which waiting streams
-// stall the GPU"), else cecoll's 32 where it raised the variable before
-// the driver's cuInit, else the 8.
+// stall the GPU"), else what cecoll set before the driver's cuInit, else
+// the driver's default: 8, or 2 for an MPS client ("MPS").
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {
-		v           string
-		set, raised bool
-		want        int
+		v            string
+		set          bool
+		raisedTo     int
+		mps, preInit bool
+		want         int
 	}{
-		{"", false, true, 32},
-		{"", false, false, 8}, // MPS, or the driver initialised first
-		{"16", true, false, 16},
-		{" 4 ", true, false, 4},
-		{"64", true, false, 32},
-		{"0", true, false, 8},
-		{"-3", true, false, 8},
-		{"many", true, false, 8},
+		{"", false, 32, false, false, 32},
+		{"", false, 8, true, false, 8},
+		{"", false, 32, false, true, 8}, // the driver initialised first
+		{"", false, 8, true, true, 2},
+		{"16", true, 0, false, false, 16},
+		{"16", true, 0, true, true, 16},
+		{" 4 ", true, 0, false, false, 4},
+		{"64", true, 0, false, false, 32},
+		{"0", true, 0, false, false, 8},
+		{"0", true, 0, true, false, 2},
+		{"-3", true, 0, false, false, 8},
+		{"many", true, 0, false, false, 8},
 	} {
-		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.raised), "%+v", tc)
+		require.Equal(t, tc.want, streamQueues(tc.v, tc.set, tc.raisedTo, tc.mps, tc.preInit), "%+v", tc)
 	}
 }
 
 // TestRaiseConnectionsMPS: with an MPS control daemon's socket in
-// CUDA_MPS_PIPE_DIRECTORY, cecoll leaves CUDA_DEVICE_MAX_CONNECTIONS unset
-// (32 per client exhausted the MPS server's pool); without one it raises
-// it to 32; a value the user set stays either way.
+// CUDA_MPS_PIPE_DIRECTORY, cecoll sets CUDA_DEVICE_MAX_CONNECTIONS to 8
+// (a client left at its default has 2 queues, which one rank fills; 32
+// per client exhausted the server's pool); without one to 32; a value the
+// user set stays either way.
 func TestRaiseConnectionsMPS(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", dir)
 	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
-	_, set, raised := raiseConnections()
-	require.False(t, set)
-	require.True(t, raised, "no daemon: raised")
+	_, set, raisedTo, mps := raiseConnections()
+	require.False(t, set || mps)
+	require.Equal(t, 32, raisedTo, "no daemon")
 	require.Equal(t, "32", os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
 
 	// A socket of another type than a stream (MPS's may be one) counts.
 	pk, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "control"), Net: "unixgram"})
 	require.NoError(t, err)
 	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
-	_, _, raised = raiseConnections()
-	require.False(t, raised, "a datagram socket: a daemon")
+	_, _, raisedTo, mps = raiseConnections()
+	require.True(t, mps, "a datagram socket: a daemon")
+	require.Equal(t, 8, raisedTo)
 	pk.Close()
 	require.NoError(t, os.Remove(filepath.Join(dir, "control")))
 
@@ -169,21 +177,24 @@ func TestRaiseConnectionsMPS(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
-	_, set, raised = raiseConnections()
-	require.False(t, set || raised, "MPS: the driver's default stays")
-	require.Equal(t, "", os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
-	require.Equal(t, 8, streamQueues("", false, raised))
+	_, set, raisedTo, mps = raiseConnections()
+	require.False(t, set)
+	require.True(t, mps)
+	require.Equal(t, 8, raisedTo, "MPS: 8 per client")
+	require.Equal(t, "8", os.Getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+	require.Equal(t, 8, streamQueues("", false, raisedTo, mps, false))
 
 	// A daemon that quit leaves its socket file: no daemon.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
 	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")
-	_, _, raised = raiseConnections()
-	require.True(t, raised, "a stale socket is no daemon")
+	_, _, raisedTo, mps = raiseConnections()
+	require.False(t, mps, "a stale socket is no daemon")
+	require.Equal(t, 32, raisedTo)
 
 	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16")
-	v, set, raised2 := raiseConnections()
+	v, set, raisedTo, _ := raiseConnections()
 	require.True(t, set)
-	require.False(t, raised2)
+	require.Zero(t, raisedTo)
 	require.Equal(t, "16", v)
 }
