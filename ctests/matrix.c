@@ -73,9 +73,9 @@
  *
  * Usage:
  *   matrix --list all|pairwise [-r 2,3,4]      ids, names, expected outcomes
- *   matrix --run all|pairwise|NAME|ID[,...] [-j 2] [-t 30] [-o LOGDIR] [-K]
+ *   matrix --run all|pairwise|NAME|ID[,...] [-j 2] [-b 1] [-t 30] [-o LOGDIR] [-K]
  *                   (a comma-separated mix: pairwise,NAME adds a cell)
- *   matrix --cell NAME                         one cell in this process
+ *   matrix --cell NAME[,NAME...]               cells in this process, in turn
  *   matrix --rules                             the outcome table
  *   --shard K/N with --list or --run: every N-th selected cell from the K-th
  *   (0-based), to split a long list between runs
@@ -89,10 +89,18 @@
  * --run exits non-zero on any FAIL or HANG. The cells inherit the
  * environment: CECOLL_CHECK=1 runs every cell under the check (a false
  * alarm in a right-data cell is then a FAIL), CECOLL_HOST_CHAOS=<seed> under
- * the host device's adversarial scheduler.
+ * the host device's adversarial scheduler. MATRIX_TIMES=1 writes each
+ * phase's start time into the cell's log (keep it with -K).
  *
  * Each cell runs in its own process (posix_spawn of this binary, never a
  * bare fork: the Go runtime is already running), in its own process group.
+ * -b B runs up to B cells of one layout and rank count (and CECOLL_CHECK)
+ * one after another in one process and, in process layouts, in the same
+ * rank processes: a GPU's context is made once, not per cell (about 0.5 s
+ * on the H200, and serialised between processes), and the library is
+ * exercised as a long-running program uses it, communicator after
+ * communicator. A batch that hangs or dies gives that verdict to the cell
+ * it was in; its later cells run again in a new process.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -138,6 +146,7 @@ static const char* const stream_names[NS] = {"own", "two", "null", "shared"};
 #define MAX_RANKLIST 8
 #define MAXN 16 /* ranks of one communicator */
 #define MAXK 4  /* calls per round */
+#define MAX_BATCH 64 /* cells per process (-b) */
 
 typedef struct {
   int v[ND]; /* v[D_RANKS]: the rank count itself */
@@ -280,6 +289,7 @@ static struct {
   int jobs;      /* -j */
   const char* logdir;
   int keep_logs; /* -K */
+  int batch;     /* -b: cells per process */
   int verbose;   /* -v */
   int shard_k, shard_n; /* --shard K/N: every N-th selected cell from the K-th */
 } opt;
@@ -288,8 +298,8 @@ static const char* self_path;
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: %s --list all|pairwise | --run all|pairwise|NAME|ID[,...] | --cell NAME | --rules\n"
-          "       [--shard K/N] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs]\n"
+          "usage: %s --list all|pairwise | --run all|pairwise|NAME|ID[,...] | --cell NAME[,...] | --rules\n"
+          "       [--shard K/N] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-b batch]\n"
           "       [-o logdir] [-K] [-v]\n",
           self_path);
   exit(2);
@@ -492,6 +502,12 @@ static void phase(const char* fmt, ...) {
   va_end(ap);
   t_set_case("%s", buf);
   mp_tell_parent("PHASE %s", buf);
+  /* MATRIX_TIMES=1: where a cell's time goes (the GPU's cells take seconds
+   * where the host device's take milliseconds). */
+  static double t0;
+  static int times = -1;
+  if (times < 0) times = getenv("MATRIX_TIMES") != NULL, t0 = mp_now();
+  if (times) fprintf(stderr, "matrix: +%.3f s %s\n", mp_now() - t0, buf);
 }
 
 /* Records an error of local rank l and stops the flow. */
@@ -894,6 +910,11 @@ static void issue_one(run_t* R, int k) {
 }
 
 static void issue_all(run_t* R) {
+  /* The runner's own test (ctests/run.sh): MATRIX_SELFTEST_HANG=NAME makes
+   * that cell hang here, as a collective that never completes would. */
+  const char* hang = getenv("MATRIX_SELFTEST_HANG");
+  if (hang && strcmp(hang, R->name) == 0)
+    for (;;) pause();
   if (R->mode == M_THREADS) {
     on_threads(R, thr_issue);
     return;
@@ -1257,32 +1278,41 @@ static void proc_ranks(const cell* c, int p, int* first, int* nlocal) {
   }
 }
 
-/* A rank process: its ranks' flow, then what they saw, to the coordinator. */
-static int rank_main(const char* name) {
-  cell c;
-  run_t* R;
-  char line[MP_ID_HEX + 16];
-  int first, nlocal;
-  if (cell_parse(name, &c) != 0 || opt_proc < 0) usage();
-  set_watchdog(opt.watchdog + 3); /* a backstop: the coordinator's deadline comes first */
-  proc_ranks(&c, opt_proc, &first, &nlocal);
-  R = (run_t*)calloc(1, sizeof *R);
-  REQUIRE(R != NULL);
-  run_setup(R, &c, first, nlocal, c.v[D_LAYOUT] == L_PROC ? M_SINGLE : M_GROUP);
-  phase("%s: process %d waits for the id", name, opt_proc);
-  if (mp_hear_parent(line, sizeof line, mp_now() + 20) != 1 || strncmp(line, "ID ", 3) != 0 ||
-      mp_id_from_hex(line + 3, &R->id) != 0)
-    t_fatal_at(__FILE__, __LINE__, "no id from the coordinator");
-  print_backend(name);
-  run_flow(R, c.v[D_LAYOUT]);
-  for (int l = 0; l < R->nlocal; l++) {
-    const obs* o = &R->ob[l];
-    mp_tell_parent("OBS %d %d %d %zu", R->first + l, o->done, o->flags, o->bad);
-    for (int i = 0; i < o->nev; i++)
-      mp_tell_parent("EV %d %d %s %.320s", R->first + l, o->ev[i].code, o->ev[i].where, o->ev[i].text);
+/* A rank process: for each "ID <hex> <cell>" from the coordinator, its
+ * ranks' flow of that cell, then what they saw and DONE; until END (or the
+ * coordinator's end). The CUDA context outlives the cells of a batch. */
+static int rank_main(void) {
+  char line[MP_ID_HEX + 160];
+  if (opt_proc < 0) usage();
+  for (;;) {
+    char name[96];
+    cell c;
+    run_t* R;
+    int first, nlocal;
+    phase("process %d waits for a cell", opt_proc);
+    if (mp_hear_parent(line, sizeof line, mp_now() + opt.watchdog + 30) != 1 || strcmp(line, "END") == 0) return 0;
+    char* sp = strncmp(line, "ID ", 3) == 0 ? strchr(line + 3, ' ') : NULL;
+    if (!sp || sscanf(sp, " %95s", name) != 1 || cell_parse(name, &c) != 0)
+      t_fatal_at(__FILE__, __LINE__, "not a cell from the coordinator: %.80s", line);
+    *sp = '\0';
+    set_watchdog(opt.watchdog + 3); /* a backstop: the coordinator's deadline comes first */
+    proc_ranks(&c, opt_proc, &first, &nlocal);
+    R = (run_t*)calloc(1, sizeof *R);
+    REQUIRE(R != NULL);
+    run_setup(R, &c, first, nlocal, c.v[D_LAYOUT] == L_PROC ? M_SINGLE : M_GROUP);
+    if (mp_id_from_hex(line + 3, &R->id) != 0) t_fatal_at(__FILE__, __LINE__, "a bad id from the coordinator");
+    print_backend(name);
+    run_flow(R, c.v[D_LAYOUT]);
+    for (int l = 0; l < R->nlocal; l++) {
+      const obs* o = &R->ob[l];
+      mp_tell_parent("OBS %d %d %d %zu", R->first + l, o->done, o->flags, o->bad);
+      for (int i = 0; i < o->nev; i++)
+        mp_tell_parent("EV %d %d %s %.320s", R->first + l, o->ev[i].code, o->ev[i].where, o->ev[i].text);
+    }
+    fflush(stdout);
+    mp_tell_parent("DONE");
+    free(R);
   }
-  fflush(stdout);
-  return 0;
 }
 
 static void take_line(cell_result* cr, const char* line) {
@@ -1310,103 +1340,131 @@ static void append(char* buf, size_t n, const char* fmt, ...) {
   va_end(ap);
 }
 
-/* The cell process of a process layout: makes the id (and so must outlive
- * the ranks' communicators), starts the rank processes, hands each the id
- * through its pipe, collects what they saw, kills them at the deadline. */
-static int coordinator(const cell* c, const char* name) {
-  int n = c->v[D_RANKS], P = c->v[D_LAYOUT] == L_PROC ? n : 2, eof[MAXN] = {0}, killed = 0;
+/* The cell process of a process layout: starts the rank processes once,
+ * then for each cell of its batch makes an id (so it outlives the ranks'
+ * communicators), hands it with the cell's name to each rank process,
+ * collects what they saw until each says DONE, and judges. At a deadline or
+ * a dead rank process it judges that cell and stops: the runner runs the
+ * rest of the batch again. Every cell has the same layout and rank count. */
+static int coordinator(char* const* names, int count) {
+  cell c0;
+  int n, P, rc = 0;
   mp_child ch[MAXN];
-  char phases[MAXN][200];
-  char hex[MP_ID_HEX], targ[16], karg[16], garg[16], carg[32], parg[MAXN][12];
+  char targ[16], karg[16], garg[16], carg[32], parg[MAXN][12];
   /* 10 s unless the caller chose: long enough for any rank to start here,
    * short enough that a cell that cannot form fails before its watchdog. */
   const char* boot = getenv("CECOLL_BOOTSTRAP_TIMEOUT");
   char env_boot[64];
   char* env[] = {env_boot, NULL};
-  ncclUniqueId id;
-  cell_result* cr = (cell_result*)calloc(1, sizeof *cr);
-  double deadline = mp_now() + opt.watchdog;
-  char detail[600];
-  int v;
-  REQUIRE(cr != NULL);
+  REQUIRE(cell_parse(names[0], &c0) == 0);
+  n = c0.v[D_RANKS], P = c0.v[D_LAYOUT] == L_PROC ? n : 2;
   snprintf(env_boot, sizeof env_boot, "CECOLL_BOOTSTRAP_TIMEOUT=%s", boot && *boot ? boot : "10");
-  set_watchdog(opt.watchdog + 5); /* a backstop: its own deadline comes first */
-  print_backend(name);
-  cr->n = n;
+  print_backend(names[0]);
   memset(ch, 0, sizeof ch);
-  phase("%s: coordinator: ncclGetUniqueId", name);
-  CHECK(ncclGetUniqueId(&id));
-  mp_id_to_hex(&id, hex);
   snprintf(targ, sizeof targ, "%d", opt.watchdog);
   snprintf(karg, sizeof karg, "%d", opt.calls);
   snprintf(garg, sizeof garg, "%d", opt.rounds);
   snprintf(carg, sizeof carg, "%zu", opt.count);
-  phase("%s: coordinator: start %d processes", name, P);
+  phase("%s: coordinator: start %d processes", names[0], P);
   for (int p = 0; p < P; p++) {
-    char* args[] = {"--rank", (char*)name, "-P", parg[p], "-t", targ, "-k", karg, "-g", garg, "-c", carg, NULL};
+    char* args[] = {"--rank", "-P", parg[p], "-t", targ, "-k", karg, "-g", garg, "-c", carg, NULL};
     snprintf(parg[p], sizeof parg[p], "%d", p);
-    snprintf(phases[p], sizeof phases[p], "starting");
     fflush(stdout);
     fflush(stderr);
     if (mp_spawn(&ch[p], self_path, args, env) != 0) t_fatal_at(__FILE__, __LINE__, "could not start process %d", p);
-    mp_send_line(&ch[p], "ID %s", hex);
   }
-  phase("%s: coordinator: waiting for %d processes", name, P);
-  for (;;) {
-    struct pollfd pf[MAXN];
-    int np = 0, live = 0;
-    for (int p = 0; p < P; p++)
-      if (!eof[p]) pf[np].fd = ch[p].from_child, pf[np].events = POLLIN, pf[np].revents = 0, np++;
-    if (np) (void)poll(pf, (nfds_t)np, 50);
+  for (int i = 0; i < count; i++) {
+    const char* name = names[i];
+    cell c;
+    int eof[MAXN] = {0}, done[MAXN] = {0}, killed = 0, v;
+    char phases[MAXN][200];
+    char hex[MP_ID_HEX], detail[600];
+    ncclUniqueId id;
+    cell_result* cr = (cell_result*)calloc(1, sizeof *cr);
+    double deadline = mp_now() + opt.watchdog;
+    REQUIRE(cr != NULL && cell_parse(name, &c) == 0);
+    set_watchdog(opt.watchdog + 5); /* a backstop: its own deadline comes first */
+    cr->n = n;
+    phase("%s: coordinator: ncclGetUniqueId", name);
+    CHECK(ncclGetUniqueId(&id));
+    mp_id_to_hex(&id, hex);
     for (int p = 0; p < P; p++) {
-      char line[600];
-      int rc;
-      while (!eof[p] && (rc = mp_recv_line(&ch[p], line, sizeof line, mp_now() + 0.001)) != 0) {
-        if (rc < 0) {
-          eof[p] = 1;
-          break;
-        }
-        if (strncmp(line, "PHASE ", 6) == 0)
-          scopy(phases[p], sizeof phases[p], line + 6);
-        else if (strncmp(line, "NOTE ", 5) == 0)
-          mp_tell_parent("%s", line);
-        else
-          take_line(cr, line);
-      }
-      if (!mp_poll(&ch[p]) || !eof[p]) live++;
+      snprintf(phases[p], sizeof phases[p], "starting");
+      mp_send_line(&ch[p], "ID %s %s", hex, name);
     }
-    if (!live) break;
-    if (np == 0) usleep(20000);
-    if (mp_now() > deadline) {
+    phase("%s: coordinator: waiting for %d processes", name, P);
+    for (;;) {
+      struct pollfd pf[MAXN];
+      int np = 0, live = 0;
+      for (int p = 0; p < P; p++)
+        if (!eof[p] && !done[p]) pf[np].fd = ch[p].from_child, pf[np].events = POLLIN, pf[np].revents = 0, np++;
+      if (np) (void)poll(pf, (nfds_t)np, 50);
       for (int p = 0; p < P; p++) {
-        if (ch[p].done) continue;
-        append(cr->problem, sizeof cr->problem, "%sprocess %d still running after %d s, in [%s]",
-               killed++ ? "; " : "", p, opt.watchdog, phases[p]);
+        char line[600];
+        int r;
+        while (!eof[p] && !done[p] && (r = mp_recv_line(&ch[p], line, sizeof line, mp_now() + 0.001)) != 0) {
+          if (r < 0) {
+            eof[p] = 1;
+            break;
+          }
+          if (strncmp(line, "PHASE ", 6) == 0)
+            scopy(phases[p], sizeof phases[p], line + 6);
+          else if (strncmp(line, "NOTE ", 5) == 0)
+            mp_tell_parent("%s", line);
+          else if (strcmp(line, "DONE") == 0)
+            done[p] = 1;
+          else
+            take_line(cr, line);
+        }
+        if (!done[p] && (!eof[p] || !mp_poll(&ch[p]))) live++;
       }
-      cr->hung = 1;
-      mp_kill_all(ch, P);
-      break;
+      if (!live) break;
+      if (np == 0) usleep(20000);
+      if (mp_now() > deadline) {
+        for (int p = 0; p < P; p++) {
+          if (done[p] || ch[p].done) continue;
+          append(cr->problem, sizeof cr->problem, "%sprocess %d still running after %d s, in [%s]",
+                 killed++ ? "; " : "", p, opt.watchdog, phases[p]);
+        }
+        cr->hung = 1;
+        mp_kill_all(ch, P);
+        break;
+      }
     }
+    for (int p = 0; p < P; p++) {
+      const int st = ch[p].status;
+      if (done[p] || !ch[p].done || killed) continue;
+      if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+        cr->hung = 1;
+        append(cr->problem, sizeof cr->problem, "%sprocess %d: its watchdog fired in [%s]",
+               cr->problem[0] ? "; " : "", p, phases[p]);
+      } else {
+        char s[64];
+        cr->crashed = 1;
+        append(cr->problem, sizeof cr->problem, "%sprocess %d: %s in [%s] (the log has its last words)",
+               cr->problem[0] ? "; " : "", p, mp_status_string(&ch[p], s, sizeof s), phases[p]);
+      }
+    }
+    v = judge(rules[expected(&c)].x, cr, detail, sizeof detail);
+    rc |= say_verdict(name, v, detail);
+    free(cr);
+    for (int p = 0; p < P; p++)
+      if (!done[p]) {
+        /* A rank process is gone or hung: the batch ends here. */
+        mp_kill_all(ch, P);
+        mp_close(ch, P);
+        return rc | 1;
+      }
   }
-  for (int p = 0; p < P; p++) {
-    const int st = ch[p].status;
-    if (!ch[p].done || killed) continue;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
-      cr->hung = 1;
-      append(cr->problem, sizeof cr->problem, "%sprocess %d: its watchdog fired in [%s]", cr->problem[0] ? "; " : "",
-             p, phases[p]);
-    } else {
-      char s[64];
-      cr->crashed = 1;
-      append(cr->problem, sizeof cr->problem, "%sprocess %d: %s in [%s] (the log has its last words)",
-             cr->problem[0] ? "; " : "", p, mp_status_string(&ch[p], s, sizeof s), phases[p]);
-    }
+  for (int p = 0; p < P; p++) mp_send_line(&ch[p], "END");
+  for (double until = mp_now() + 10; mp_now() < until;) {
+    int live = 0;
+    for (int p = 0; p < P; p++) live += !mp_poll(&ch[p]);
+    if (!live) break;
+    usleep(10000);
   }
   mp_close(ch, P);
-  v = judge(rules[expected(c)].x, cr, detail, sizeof detail);
-  free(cr);
-  return say_verdict(name, v, detail);
+  return rc;
 }
 
 /* ---- A cell ---------------------------------------------------------------------------- */
@@ -1422,7 +1480,6 @@ static int cell_main(const char* name) {
     return 2;
   }
   layout = c.v[D_LAYOUT];
-  if (layout == L_PROC || layout == L_2PROC) return coordinator(&c, name);
   set_watchdog(opt.watchdog);
   print_backend(name);
   R = (run_t*)calloc(1, sizeof *R);
@@ -1441,14 +1498,33 @@ static int cell_main(const char* name) {
   return say_verdict(name, v, detail);
 }
 
+/* --cell A,B,...: a batch of cells of one layout and rank count, one after
+ * another in this process (and, for process layouts, the same rank
+ * processes), each with its own watchdog and VERDICT line. */
+static int batch_main(char* list) {
+  char* names[MAX_BATCH];
+  int count = 0, rc = 0;
+  cell c;
+  for (char* t = strtok(list, ","); t && count < MAX_BATCH; t = strtok(NULL, ",")) names[count++] = t;
+  if (count == 0 || cell_parse(names[0], &c) != 0) {
+    fprintf(stderr, "%s: not a cell name (see --list all)\n", count ? names[0] : "");
+    return 2;
+  }
+  if (c.v[D_LAYOUT] == L_PROC || c.v[D_LAYOUT] == L_2PROC) return coordinator(names, count);
+  for (int i = 0; i < count; i++) rc |= cell_main(names[i]);
+  return rc;
+}
+
 /* ---- The runner -------------------------------------------------------------------------- */
 
 typedef struct {
-  int cell;
+  int cells[MAX_BATCH]; /* its batch: ids, all with one batch_key */
+  int ncells, nv;       /* cells[nv] runs now; those before it have verdicts */
+  int all_ok;           /* every verdict so far was the expected one */
   mp_child ch;
-  double t0;
+  double t0; /* when cells[nv] started */
   int eof, killed;
-  char name[96];
+  char name[96]; /* cells[nv]'s */
   char phase[256];
   char note[400];
   char verdict[600];
@@ -1493,16 +1569,29 @@ static void log_tail(const char* path, int lines) {
   fclose(f);
 }
 
-static int start_job(job* j, const cell* c, int idx) {
+/* Cells that may share a process: one layout, rank count and CECOLL_CHECK. */
+static int batch_key(const cell* c) {
+  return (c->v[D_LAYOUT] * (MAXN + 1) + c->v[D_RANKS]) * 2 + (c->v[D_BUF] == B_MIXEDSYM);
+}
+
+static int start_job(job* j, const cell* cells, const int* ids, int n) {
   char targ[16], karg[16], garg[16], carg[32];
   char env_check[] = "CECOLL_CHECK=1";
   char* env[] = {env_check, NULL};
-  char* args[] = {"--cell", j->name, "-t", targ, "-k", karg, "-g", garg, "-c", carg, NULL};
+  static char list[MAX_BATCH * 100];
+  char* args[] = {"--cell", list, "-t", targ, "-k", karg, "-g", garg, "-c", carg, NULL};
   mp_spawn_opt so = {1, j->log};
+  size_t used = 0;
   memset(j, 0, sizeof *j);
-  j->cell = idx;
-  cell_name(c, j->name, sizeof j->name);
-  snprintf(j->log, sizeof j->log, "%s/%s.log", opt.logdir, j->name);
+  j->ncells = n, j->all_ok = 1;
+  for (int i = 0; i < n; i++) {
+    char name[96];
+    j->cells[i] = ids[i];
+    cell_name(&cells[ids[i]], name, sizeof name);
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? "," : "", name);
+  }
+  cell_name(&cells[ids[0]], j->name, sizeof j->name);
+  snprintf(j->log, sizeof j->log, "%s/%s%s.log", opt.logdir, j->name, n > 1 ? "+" : "");
   snprintf(j->phase, sizeof j->phase, "starting");
   snprintf(targ, sizeof targ, "%d", opt.watchdog);
   snprintf(karg, sizeof karg, "%d", opt.calls);
@@ -1513,10 +1602,12 @@ static int start_job(job* j, const cell* c, int idx) {
   fflush(stderr);
   /* The contract cells run under CECOLL_CHECK=1, which the library reads
    * when it loads. */
-  return mp_spawn_ex(&j->ch, self_path, args, c->v[D_BUF] == B_MIXEDSYM ? env : NULL, &so);
+  return mp_spawn_ex(&j->ch, self_path, args, cells[ids[0]].v[D_BUF] == B_MIXEDSYM ? env : NULL, &so);
 }
 
-static void read_job(job* j) {
+/* Reads what the job said; returns 1 when a VERDICT line came (it stops
+ * there: the caller reports it before reading on). */
+static int read_job(job* j) {
   char line[700];
   int rc;
   while (!j->eof && (rc = mp_recv_line(&j->ch, line, sizeof line, mp_now() + 0.001)) != 0) {
@@ -1528,18 +1619,19 @@ static void read_job(job* j) {
       scopy(j->phase, sizeof j->phase, line + 6);
     else if (strncmp(line, "NOTE ", 5) == 0 && !j->note[0])
       scopy(j->note, sizeof j->note, line + 5);
-    else if (strncmp(line, "VERDICT ", 8) == 0)
+    else if (strncmp(line, "VERDICT ", 8) == 0) {
       scopy(j->verdict, sizeof j->verdict, line + 8);
+      return 1;
+    }
   }
+  return 0;
 }
 
-/* The verdict of a finished cell process, from its line or its end. */
-static int finish_job(job* j, char* detail, size_t dn) {
+/* The verdict of the job's current cell: from its VERDICT line, or from the
+ * end of its process (which ran no further). */
+static int job_verdict(job* j, char* detail, size_t dn) {
   const int st = j->ch.status;
   char extra[300];
-  /* Whatever of the cell's process group is still there (rank processes
-   * of a cell that died) goes too. */
-  (void)kill(-j->ch.pid, SIGKILL);
   if (j->verdict[0] && !j->killed) {
     for (int v = 0; v < 4; v++) {
       size_t k = strlen(verdict_names[v]);
@@ -1568,34 +1660,62 @@ static int finish_job(job* j, char* detail, size_t dn) {
   return V_FAIL;
 }
 
+/* Prints and counts the verdict of j's current cell; moves to the next. */
+static void report(job* j, int v, const char* detail, int* tally, char** bad_names, int* nbad) {
+  const int ok = v == V_PASS || v == V_ERROR_OK;
+  tally[v]++;
+  printf("%-17s %-52s %6.1fs  %s%s%s\n", verdict_names[v], j->name, mp_now() - j->t0, detail, ok ? "" : "  log: ",
+         ok ? "" : j->log);
+  if (!ok && opt.verbose) log_tail(j->log, 15);
+  fflush(stdout);
+  if (!ok) bad_names[(*nbad)++] = strdup(j->name);
+  j->all_ok &= ok;
+  j->nv++;
+  j->t0 = mp_now();
+  j->verdict[0] = j->note[0] = '\0';
+  snprintf(j->phase, sizeof j->phase, "starting");
+}
+
+/* Runs the cells, -j processes at a time, each process a batch of up to -b
+ * cells that share a batch_key. A process that ends early (a hang, a crash)
+ * gives its current cell that verdict; its later cells go back to the queue. */
 static int run_cells(const cell* cells, const int* list, int count) {
   job* jobs = (job*)calloc((size_t)opt.jobs, sizeof *jobs);
   int* busy = (int*)calloc((size_t)opt.jobs, sizeof *busy);
-  int next = 0, running = 0, tally[4] = {0};
+  char* taken = (char*)calloc((size_t)count + 1, 1);
+  int left = count, running = 0, tally[4] = {0};
   char** bad_names = (char**)calloc((size_t)count + 1, sizeof *bad_names);
   int nbad = 0;
   double t_start = mp_now();
   const char* be = getenv("CECOLL_BACKEND");
-  REQUIRE(jobs && busy && bad_names);
+  REQUIRE(jobs && busy && taken && bad_names);
   mkdir(opt.logdir, 0755);
-  printf("matrix: %d cells, %d at a time, watchdog %d s, %d calls x %d rounds, count %zu, CECOLL_BACKEND=%s%s%s, logs in %s\n",
-         count, opt.jobs, opt.watchdog, opt.calls, opt.rounds, opt.count, be ? be : "(unset)",
+  printf("matrix: %d cells, %d at a time, %d per process, watchdog %d s, %d calls x %d rounds, count %zu, "
+         "CECOLL_BACKEND=%s%s%s, logs in %s\n",
+         count, opt.jobs, opt.batch, opt.watchdog, opt.calls, opt.rounds, opt.count, be ? be : "(unset)",
          getenv("CECOLL_HOST_CHAOS") ? ", CECOLL_HOST_CHAOS=" : "",
          getenv("CECOLL_HOST_CHAOS") ? getenv("CECOLL_HOST_CHAOS") : "", opt.logdir);
   fflush(stdout);
-  while (next < count || running > 0) {
+  while (left > 0 || running > 0) {
     struct pollfd pf[64];
     int np = 0;
-    for (int s = 0; s < opt.jobs && next < count; s++) {
+    for (int s = 0; s < opt.jobs && left > 0; s++) {
+      int ids[MAX_BATCH], n = 0, key = -1;
       if (busy[s]) continue;
-      if (start_job(&jobs[s], &cells[list[next]], list[next]) != 0) {
-        printf("%-17s %-52s %6.1fs  could not start its process\n", "FAIL", jobs[s].name, 0.0);
-        tally[V_FAIL]++;
-        bad_names[nbad++] = strdup(jobs[s].name);
-        next++;
+      for (int i = 0; i < count && n < opt.batch; i++) {
+        if (taken[i] || (key >= 0 && batch_key(&cells[list[i]]) != key)) continue;
+        key = batch_key(&cells[list[i]]);
+        taken[i] = 1, ids[n++] = list[i];
+      }
+      left -= n;
+      if (start_job(&jobs[s], cells, ids, n) != 0) {
+        for (int i = 0; i < n; i++) {
+          cell_name(&cells[ids[i]], jobs[s].name, sizeof jobs[s].name);
+          report(&jobs[s], V_FAIL, "could not start its process", tally, bad_names, &nbad);
+        }
         continue;
       }
-      busy[s] = 1, running++, next++;
+      busy[s] = 1, running++;
     }
     for (int s = 0; s < opt.jobs && np < 64; s++)
       if (busy[s] && !jobs[s].eof) pf[np].fd = jobs[s].ch.from_child, pf[np].events = POLLIN, pf[np].revents = 0, np++;
@@ -1606,9 +1726,11 @@ static int run_cells(const cell* cells, const int* list, int count) {
     for (int s = 0; s < opt.jobs; s++) {
       job* j = &jobs[s];
       char detail[700];
-      int v, expected_ok;
       if (!busy[s]) continue;
-      read_job(j);
+      while (read_job(j)) {
+        report(j, job_verdict(j, detail, sizeof detail), detail, tally, bad_names, &nbad);
+        if (j->nv < j->ncells) cell_name(&cells[j->cells[j->nv]], j->name, sizeof j->name);
+      }
       if (!mp_poll(&j->ch)) {
         if (mp_now() - j->t0 < opt.watchdog + 8) continue;
         (void)kill(-j->ch.pid, SIGKILL);
@@ -1616,20 +1738,26 @@ static int run_cells(const cell* cells, const int* list, int count) {
         j->killed = 1;
       }
       /* The pipe's last lines come before its end. */
-      if (!j->eof) {
-        double until = mp_now() + 1;
-        while (!j->eof && mp_now() < until) read_job(j);
-      }
-      v = finish_job(j, detail, sizeof detail);
+      for (double until = mp_now() + 1; !j->eof && mp_now() < until;)
+        while (read_job(j) && !j->killed) {
+          report(j, job_verdict(j, detail, sizeof detail), detail, tally, bad_names, &nbad);
+          if (j->nv < j->ncells) cell_name(&cells[j->cells[j->nv]], j->name, sizeof j->name);
+        }
+      /* Whatever of the job's process group is still there (rank processes
+       * of a cell that died) goes too. */
+      (void)kill(-j->ch.pid, SIGKILL);
+      /* A process that stopped after a verdict, before its next cell began
+       * (a coordinator ends its batch at a hang), did not run that cell. */
+      if (j->nv < j->ncells && !(j->nv > 0 && !j->killed && !j->verdict[0] && strcmp(j->phase, "starting") == 0))
+        report(j, job_verdict(j, detail, sizeof detail), detail, tally, bad_names, &nbad);
+      for (int k = j->nv; k < j->ncells; k++) /* not run: back to the queue */
+        for (int i = 0; i < count; i++)
+          if (list[i] == j->cells[k] && taken[i]) {
+            taken[i] = 0, left++;
+            break;
+          }
       mp_close(&j->ch, 1);
-      expected_ok = v == V_PASS || v == V_ERROR_OK;
-      tally[v]++;
-      printf("%-17s %-52s %6.1fs  %s%s%s\n", verdict_names[v], j->name, mp_now() - j->t0, detail,
-             expected_ok ? "" : "  log: ", expected_ok ? "" : j->log);
-      if (!expected_ok && opt.verbose) log_tail(j->log, 15);
-      fflush(stdout);
-      if (expected_ok && !opt.keep_logs) unlink(j->log);
-      if (!expected_ok) bad_names[nbad++] = strdup(j->name);
+      if (j->all_ok && !opt.keep_logs) unlink(j->log);
       busy[s] = 0, running--;
     }
   }
@@ -1642,6 +1770,7 @@ static int run_cells(const cell* cells, const int* list, int count) {
   fflush(stdout);
   for (int i = 0; i < nbad; i++) free(bad_names[i]);
   free(bad_names);
+  free(taken);
   free(jobs);
   free(busy);
   return nbad ? 1 : 0;
@@ -1725,12 +1854,13 @@ int main(int argc, char** argv) {
   static const struct option longs[] = {{"list", required_argument, NULL, 'L'},
                                         {"run", required_argument, NULL, 'R'},
                                         {"cell", required_argument, NULL, 'C'},
-                                        {"rank", required_argument, NULL, 'W'},
+                                        {"rank", no_argument, NULL, 'W'},
                                         {"rules", no_argument, NULL, 'U'},
                                         {"shard", required_argument, NULL, 'S'},
                                         {NULL, 0, NULL, 0}};
-  const char *list = NULL, *run = NULL, *one = NULL, *rank = NULL, *v;
-  int rules_only = 0, o;
+  const char *list = NULL, *run = NULL, *v;
+  char* one = NULL;
+  int rules_only = 0, rank = 0, o;
   self_path = argv[0];
   set_ranks("2,3,4");
   opt.calls = 2;
@@ -1738,12 +1868,13 @@ int main(int argc, char** argv) {
   opt.count = 1001;
   opt.watchdog = (v = getenv("CECOLL_MATRIX_WATCHDOG")) && *v ? atoi(v) : 30;
   opt.jobs = 2;
-  while ((o = getopt_long(argc, argv, "r:k:g:c:t:j:o:KvP:", longs, NULL)) != -1) {
+  opt.batch = 1;
+  while ((o = getopt_long(argc, argv, "r:k:g:c:t:j:b:o:KvP:", longs, NULL)) != -1) {
     switch (o) {
       case 'L': list = optarg; break;
       case 'R': run = optarg; break;
       case 'C': one = optarg; break;
-      case 'W': rank = optarg; break;
+      case 'W': rank = 1; break;
       case 'U': rules_only = 1; break;
       case 'r': set_ranks(optarg); break;
       case 'k': opt.calls = atoi(optarg); break;
@@ -1751,6 +1882,7 @@ int main(int argc, char** argv) {
       case 'c': opt.count = strtoull(optarg, NULL, 10); break;
       case 't': opt.watchdog = atoi(optarg); break;
       case 'j': opt.jobs = atoi(optarg); break;
+      case 'b': opt.batch = atoi(optarg); break;
       case 'o': opt.logdir = optarg; break;
       case 'K': opt.keep_logs = 1; break;
       case 'v': opt.verbose = 1; break;
@@ -1764,22 +1896,25 @@ int main(int argc, char** argv) {
     }
   }
   if (optind != argc || opt.calls < 1 || opt.calls > MAXK || opt.rounds < 1 || opt.count < 1 || opt.watchdog < 1 ||
-      opt.jobs < 1 || opt.jobs > 64)
+      opt.jobs < 1 || opt.jobs > 64 || opt.batch < 1 || opt.batch > MAX_BATCH)
     usage();
   if (rules_only) {
     print_rules();
     return 0;
   }
-  if (rank) return rank_main(rank);
+  if (rank) return rank_main();
   if (one) {
     cell c;
+    char first[128];
+    scopy(first, sizeof first, one);
+    first[strcspn(first, ",")] = '\0';
     /* CECOLL_CHECK is read when the library loads: start again with it. */
-    if (cell_parse(one, &c) == 0 && c.v[D_BUF] == B_MIXEDSYM && !((v = getenv("CECOLL_CHECK")) && strcmp(v, "1") == 0)) {
+    if (cell_parse(first, &c) == 0 && c.v[D_BUF] == B_MIXEDSYM && !((v = getenv("CECOLL_CHECK")) && strcmp(v, "1") == 0)) {
       setenv("CECOLL_CHECK", "1", 1);
       execv("/proc/self/exe", argv);
       t_fatal_at(__FILE__, __LINE__, "execv: %s", strerror(errno));
     }
-    return cell_main(one);
+    return batch_main(one);
   }
   if (!list && !run) usage();
   {

@@ -23,11 +23,12 @@
 # the last two with a reduced set. test_fork (a child forked after the
 # library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
-# its pairwise subset on the host device, plain and under
-# CECOLL_HOST_CHAOS=1,2,3 (the default environment only with --fast), each
-# cell in its own process under a 10 s watchdog, 4 at a time (a hung cell
-# sleeps, so more run than there are cores; docs/measurements.md, "The
-# matrix's running time").
+# every cell on the host device, plain and under CECOLL_HOST_CHAOS=1,2,3
+# (the plain row only with --fast), 16 cells per process, and the pairwise
+# subset with a process per cell; a 10 s watchdog per cell, 4 processes at
+# a time (a hung cell sleeps, so more run than there are cores;
+# docs/measurements.md, "The matrix's running time"). Then the runner's
+# own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
 # Forward mode (test_forward.c): the fake "real NCCL" of ctests/fake-nccl
 # is built as build/ctests/fake-nccl/libnccl.so.2, and the test runs on
 # the host device the three ways in: linked to cecoll with CECOLL_NCCL_LIB
@@ -325,11 +326,12 @@ if [ "$mode" = all ]; then
 fi
 
 # ---- The correctness matrix -------------------------------------------------------
-# run_matrix ROW ENV...: the pairwise subset; one line per cell in the row's
-# log, the cells' own logs (unexpected outcomes only) beside it.
+# run_matrix ROW SELECTION BATCH ENV...: the cells (all, or the pairwise
+# subset), BATCH per process; one line per cell in the row's log, the
+# cells' own logs (unexpected outcomes only) beside it.
 run_matrix() {
-  local row=$1
-  shift
+  local row=$1 sel=$2 batch=$3
+  shift 3
   local log="$out/logs/matrix.$row.log" start end rc last
   mkdir -p "$out/logs"
   if [ ! -x "$out/matrix" ]; then
@@ -338,7 +340,7 @@ run_matrix() {
   fi
   rm -rf "$out/logs/matrix-$row"
   start=$(date +%s)
-  env CECOLL_BACKEND=host "$@" timeout -k 10 "$TIMEOUT" "$out/matrix" --run pairwise -j 4 -t 10 \
+  env CECOLL_BACKEND=host "$@" timeout -k 10 "$TIMEOUT" "$out/matrix" --run "$sel" -j 4 -b "$batch" -t 10 \
     -o "$out/logs/matrix-$row" >"$log" 2>&1
   rc=$?
   end=$(date +%s)
@@ -352,10 +354,30 @@ run_matrix() {
     grep -E '^(FAIL|HANG) ' "$log" | cut -c1-240
   fi
 }
-run_matrix default
+# The whole matrix, 16 cells per process (communicator after communicator,
+# as a long-running program makes them), plain and under each chaos seed;
+# the pairwise subset with a process per cell.
+run_matrix default all 16
 if [ "$mode" = all ]; then
+  run_matrix "pairwise,isolated" pairwise 1
   for seed in 1 2 3; do
-    run_matrix "chaos=$seed" CECOLL_HOST_CHAOS=$seed
+    run_matrix "chaos=$seed" all 16 CECOLL_HOST_CHAOS=$seed
+  done
+fi
+
+# The runner itself: a cell that hangs in the middle of a batch gets HANG
+# from the watchdog, and the batch's later cell still runs (in a new
+# process), in-process and process layouts alike.
+if [ -x "$out/matrix" ]; then
+  for l in group proc; do
+    cells="allgather.oop.unreg.$l.eager.own.n2,allgather.oop.unreg.$l.eager.two.n2,allgather.oop.unreg.$l.eager.null.n2"
+    got=$(MATRIX_SELFTEST_HANG=allgather.oop.unreg.$l.eager.two.n2 CECOLL_BACKEND=host timeout 60 "$out/matrix" \
+      --run "$cells" -j 1 -b 8 -t 2 -o "$out/logs/matrix-selftest-$l" 2>&1 | awk '/^(PASS|FAIL|HANG|EXPECTED)/ {printf "%s ", $1}')
+    if [ "$got" = "PASS HANG PASS " ]; then
+      record "matrix runner ($l)" PASS "a hang mid-batch: PASS HANG PASS"
+    else
+      record "matrix runner ($l)" FAIL "a hang mid-batch gave: $got (want PASS HANG PASS)"
+    fi
   done
 fi
 

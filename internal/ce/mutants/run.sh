@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test-mutants: every B test (internal/ce/b_test.go) must fail when the
-# fix it pins is undone. Each BNN.patch here undoes one fix; this applies
+# fix it pins is undone. Each BNN.patch here undoes one fix (ENN.patch: an
+# engine decision outside the seed's defects, pinned by its test); this applies
 # each in a scratch copy of the module and runs its test, which must fail
 # (a hang counts as a failure: -timeout). Prints one line per mutant and
 # exits non-zero when one survives or does not apply. MUTANTS="B08 B17"
@@ -12,7 +13,7 @@ root=$(cd "$(dirname "$0")/../../.." && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 survived=0 total=0
-for p in "$root"/internal/ce/mutants/B*.patch "$root"/internal/comm/mutants/F*.patch; do
+for p in "$root"/internal/ce/mutants/[BE]*.patch "$root"/internal/comm/mutants/F*.patch; do
   pkg=./internal/$(basename "$(dirname "$(dirname "$p")")")/
   name=$(basename "$p" .patch)
   case " ${MUTANTS:-$name} " in *" $name "*) ;; *) continue ;; esac
