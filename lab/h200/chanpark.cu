@@ -13,10 +13,20 @@
 // (stalls from P=8 mean the driver read the variable at cuInit). CHANPARK_GRAPH=1: each parked
 // stream's work is captured into a graph and launched on it (CHANPARK_REPLAYS=R: R times);
 // CHANPARK_TRACE=1 prints a line per launch (a launch can block on the host).
+// Which resource does a parked graph hold (tenth session)? CHANPARK_PREINST=1 instantiates every
+// graph before the first launch; CHANPARK_UPLOAD=1 also uploads each (cudaGraphUpload, then a
+// sync) before the first launch; CHANPARK_IDLE=X creates X more streams that never get work.
 // Build on the GPU machine: nvcc -O2 -o chanpark lab/h200/chanpark.cu -lcuda
 #include <cstring>
 #include <unistd.h>
 #include "probe.h"
+
+static void launch(cudaGraphExec_t x, cudaStream_t s, int i, int reps) {
+  for (int k = 0; k < reps; k++) {
+    if (cudaGraphLaunch(x, s) != cudaSuccess) { printf("PARK launch %d failed\n", i); fflush(stdout); _exit(4); }
+    if (getenv("CHANPARK_TRACE")) { printf("launched %d\n", i); fflush(stdout); }
+  }
+}
 
 int main(int argc, char** argv) {
   if (argc < 4) { printf("usage: chanpark P Q W [probe]\n"); return 2; }
@@ -38,6 +48,14 @@ int main(int argc, char** argv) {
   cudaStream_t* s = new cudaStream_t[P + 1];
   for (int i = 0; i <= P; i++) CK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
   bool graph = getenv("CHANPARK_GRAPH") != nullptr;
+  bool preinst = getenv("CHANPARK_PREINST") || getenv("CHANPARK_UPLOAD"), upload = getenv("CHANPARK_UPLOAD");
+  int idle = getenv("CHANPARK_IDLE") ? atoi(getenv("CHANPARK_IDLE")) : 0;
+  for (int i = 0; i < idle; i++) {
+    cudaStream_t x;
+    CK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  }
+  int reps = getenv("CHANPARK_REPLAYS") ? atoi(getenv("CHANPARK_REPLAYS")) : 1;
+  cudaGraphExec_t* xs = new cudaGraphExec_t[P + 1];
   for (int i = 0; i <= P; i++) {
     if (i == probe) continue;
     if (graph) CK(cudaStreamBeginCapture(s[i], cudaStreamCaptureModeThreadLocal));
@@ -49,16 +67,18 @@ int main(int argc, char** argv) {
     }
     if (graph) {
       cudaGraph_t g;
-      cudaGraphExec_t x;
       CK(cudaStreamEndCapture(s[i], &g));
-      CK(cudaGraphInstantiate(&x, g, 0));
-      int reps = getenv("CHANPARK_REPLAYS") ? atoi(getenv("CHANPARK_REPLAYS")) : 1;
-      for (int k = 0; k < reps; k++) {
-        CK(cudaGraphLaunch(x, s[i]));
-        if (getenv("CHANPARK_TRACE")) { printf("launched %d\n", i); fflush(stdout); }
+      CK(cudaGraphInstantiate(&xs[i], g, 0));
+      if (upload) {
+        CK(cudaGraphUpload(xs[i], s[i]));
+        CK(cudaStreamSynchronize(s[i]));
       }
+      if (!preinst) launch(xs[i], s[i], i, reps);
     }
   }
+  if (graph && preinst)
+    for (int i = 0; i <= P; i++)
+      if (i != probe) launch(xs[i], s[i], i, reps);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CU(cuStreamWriteValue32((CUstream)s[probe], (CUdeviceptr)scratch, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
   bool ok = finished(s[probe], 500);

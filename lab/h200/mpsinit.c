@@ -2,7 +2,10 @@
  * once (as the matrix's rank processes do), with or without MPS. Each child
  * prints the seconds from its start to cuInit, primary context, first
  * cuMemAlloc and first stream. Build on the GPU machine:
- *   gcc -O2 -o /tmp/mpsinit lab/h200/mpsinit.c -ldl && /tmp/mpsinit 4 */
+ *   gcc -O2 -o /tmp/mpsinit lab/h200/mpsinit.c -ldl && /tmp/mpsinit 4
+ * MPSINIT_HOLD=s: each child keeps its context s seconds before it exits, so
+ * that all N are clients at once (how many an MPS server takes, tenth
+ * session); the last line counts the children whose calls all succeeded. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +51,8 @@ static void child(int id, double t0) {
   rc |= str(&s, 1);
   e = now() - t0;
   printf("child %d: rc %d cuInit %.3f s, context %.3f s, alloc %.3f s, stream %.3f s\n", id, rc, a, b, c, e);
+  fflush(stdout);
+  if (getenv("MPSINIT_HOLD")) sleep((unsigned)atoi(getenv("MPSINIT_HOLD")));
   exit(rc != 0);
 }
 
@@ -56,7 +61,11 @@ int main(int argc, char** argv) {
   double t0 = now();
   for (int i = 0; i < n; i++)
     if (fork() == 0) child(i, t0);
-  for (int i = 0; i < n; i++) wait(NULL);
-  printf("all %d in %.3f s\n", n, now() - t0);
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    int st;
+    if (wait(&st) > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+  }
+  printf("all %d in %.3f s: %d ok\n", n, now() - t0, ok);
   return 0;
 }
