@@ -4,21 +4,26 @@
 # (the machine needs neither Go nor make):
 #   build/ctests/matrix   (make build/ctests/matrix; finds ../libcecoll.so itself)
 #   build/libcecoll.so
-# CECOLL_BACKEND=nvidia, every rank on device 0, ranks 2, 4 and 8, every cell
-# one GPU can hold (all of them: 8 ranks with two streams each stay under the
-# 32 hardware queues cecoll asks for). Prints one line per cell and a
-# summary; with $OUT set, writes matrix-summary.txt there and packs the logs
-# of the cells with an unexpected outcome into matrix-logs.tar.gz.
+# CECOLL_BACKEND=nvidia, every rank on device 0, ranks 2, 3 and 4 (the
+# default matrix), 64 cells per process (a cell's own CUDA context would cost
+# about 0.5 s, and contexts made at once serialise). Prints one line per
+# cell and a summary; with $OUT set, writes matrix-summary.txt there and
+# packs the logs of the cells with an unexpected outcome into
+# matrix-logs.tar.gz. On the H200 (tenth session) the in-process cells took
+# 100 s and the process cells 84 s under MPS (MATRIX_MPS=1: processes on one
+# GPU are otherwise time-sliced, about 10 s a cell).
 #
 # Settings (environment):
 #   MATRIX_LIST      all | pairwise | cell names or ids, comma-separated   (all)
-#   MATRIX_RANKS     rank counts                                           (2,4,8)
+#   MATRIX_RANKS     rank counts                                           (2,3,4)
 #   MATRIX_SHARD     K/N: every N-th cell from the K-th, to split the list
 #                    between commands of limited length                   (none)
-#   MATRIX_JOBS      cells at a time (each runs its own processes)          (4)
+#   MATRIX_JOBS      processes (batches) at a time                         (4)
+#   MATRIX_BATCH     cells per process                                     (64)
 #   MATRIX_WATCHDOG  seconds a cell may take before it is a HANG           (60)
-# The whole list (about 6300 cells) takes far longer than one 10-minute
-# command: split it with MATRIX_SHARD, or run MATRIX_LIST=pairwise.
+#   MATRIX_MPS       1: start an MPS control daemon for the run, quit it after
+#                    (at most MATRIX_JOBS=2 then: 8 queues per client, about
+#                    15 clients per server)                                 (0)
 # Exit status: the matrix's (non-zero on any FAIL or HANG), 2 when the
 # binaries are missing.
 set -u
@@ -31,8 +36,9 @@ fi
 export CECOLL_BACKEND=nvidia NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=$PWD/build:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 list=${MATRIX_LIST:-all}
-ranks=${MATRIX_RANKS:-2,4,8}
+ranks=${MATRIX_RANKS:-2,3,4}
 jobs=${MATRIX_JOBS:-4}
+batch=${MATRIX_BATCH:-64}
 wd=${MATRIX_WATCHDOG:-60}
 shard=()
 [ -n "${MATRIX_SHARD:-}" ] && shard=(--shard "$MATRIX_SHARD")
@@ -44,8 +50,10 @@ if [ -n "${OUT:-}" ]; then
   summary=$OUT/matrix-summary.txt
 fi
 nvidia-smi -L 2>&1 | head -2
-"$bin" --run "$list" "${shard[@]}" -r "$ranks" -j "$jobs" -t "$wd" -o "$logs" | tee "$summary"
+[ "${MATRIX_MPS:-0}" = 1 ] && nvidia-cuda-mps-control -d && sleep 1
+"$bin" --run "$list" "${shard[@]}" -r "$ranks" -j "$jobs" -b "$batch" -t "$wd" -o "$logs" | tee "$summary"
 rc=${PIPESTATUS[0]}
+[ "${MATRIX_MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; sleep 1; }
 if [ -n "${OUT:-}" ] && [ -d "$logs" ] && [ -n "$(ls -A "$logs")" ]; then
   tar -C "$(dirname "$logs")" -czf "$OUT/matrix-logs.tar.gz" "$(basename "$logs")"
 fi
