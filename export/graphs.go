@@ -77,14 +77,11 @@ func (c *captureSet) end(s hip.Stream, o *graphObj) []*graphObj {
 // fails here is tried again at its first launch.
 func endCapture(rt hip.Runtime, s hip.Stream) (uintptr, error) {
 	g, err := rt.StreamEndCapture(s)
-	o := &graphObj{g: g, comms: comm.TakeCaptured(s)}
-	ready := captures.end(s, o)
-	if err != nil {
-		return 0, err
-	}
-	for _, r := range ready {
+	// A failed capture leaves no graph: dead, it is never instantiated.
+	o := &graphObj{g: g, comms: comm.TakeCaptured(s), dead: err != nil}
+	for _, r := range captures.end(s, o) {
 		r.mu.Lock()
-		if r.x == 0 && !r.dead && r.g != 0 {
+		if r.x == 0 && !r.dead {
 			if x, ierr := rt.GraphInstantiate(r.g); ierr == nil {
 				r.x = x
 			} else if r == o {
@@ -94,7 +91,9 @@ func endCapture(rt hip.Runtime, s hip.Stream) (uintptr, error) {
 		r.mu.Unlock()
 	}
 	if err != nil {
-		_ = rt.GraphDestroy(g)
+		if !o.dead {
+			_ = rt.GraphDestroy(g)
+		}
 		return 0, err
 	}
 	graphs.Lock()

@@ -72,3 +72,36 @@ func TestGraphRegistry(t *testing.T) {
 	}
 	require.NoError(t, rt.MemFree(word))
 }
+
+// TestGraphFailedCapture: a capture that fails while the thread keeps
+// another open returns its error, and the thread's last capture is still
+// instantiated when it ends.
+func TestGraphFailedCapture(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rt, err := host.New(host.Config{Devices: 1})
+	require.NoError(t, err)
+	t.Cleanup(rt.Close)
+	require.NoError(t, rt.SetDevice(0))
+	var s [2]hip.Stream
+	for i := range s {
+		s[i], err = rt.StreamCreate()
+		require.NoError(t, err)
+		require.NoError(t, rt.StreamBeginCapture(s[i], hip.CaptureModeThreadLocal))
+		captures.begin(s[i])
+	}
+	require.Error(t, rt.StreamSynchronize(s[0]), "a sync under capture invalidates it")
+	_, err = endCapture(rt, s[0])
+	require.Error(t, err, "the invalidated capture")
+	k1, err := endCapture(rt, s[1])
+	require.NoError(t, err)
+	o1, err := graphOf("t", k1)
+	require.NoError(t, err)
+	require.NotZero(t, o1.x, "the thread's last capture: instantiated")
+	require.NoError(t, launchGraph("t", rt, k1, s[1]))
+	require.NoError(t, rt.StreamSynchronize(s[1]))
+	require.NoError(t, destroyGraph("t", rt, k1))
+	for i := range s {
+		require.NoError(t, rt.StreamDestroy(s[i]))
+	}
+}
