@@ -19,6 +19,8 @@
 #   inproc8  the in-process cells at 8 ranks, batched
 #   threads  the C tests with a thread per rank, 4 and 8 ranks, 12 runs each (build/gpu)
 #   sweep    cecoll-perf's 8-rank eager sweep, 512M..2G
+#   diag     in-place AlltoAll N=8 by CECOLL_STAGING_BYTES; 8 B graphs N=4 by flag write and sync
+#            (written for the next session: this one had no device time left to run it)
 # S10_BACKEND=host checks the plumbing here. S10_LIST=file replaces a matrix stage's list (the ids left from an earlier call).
 # Budget: S10_BUDGET seconds for the whole call (default 560). Everything lands in
 # $OUT/s10.tar.gz and the log in $OUT/s10.log.
@@ -169,6 +171,17 @@ for stage in "$@"; do
     s=$(date +%s)
     timeout 110 build/cecoll-perf all -g 8 -b 512M -e 2G -f 4 -d uint8 -R 2 -n 20 -w 3 -c 0 > "$O/s10/sweep.txt" 2>&1
     echo "SWEEP rc=$? $(( $(date +%s)-s ))s"; grep -vE '^#|^\s*$' "$O/s10/sweep.txt" | cut -c1-150 | head -20
+    ;;
+  diag) # leads for the two open floors: in-place AlltoAll at N=8 by staging size (rounds),
+         # 8 B graph replays at N=4 by flag write and sync
+    for st in 32M 128M 256M; do
+      CECOLL_STAGING_BYTES=$st timeout 40 build/cecoll-perf alltoall -g 8 -b 2G -e 2G -d uint8 -R 2 -n 5 -w 1 -c 0 2>&1 |
+        grep -vE '^#|^\s*$' | sed "s/^/a2a staging=$st /" | tr -s ' ' | cut -c1-160
+    done
+    for v in "" CECOLL_FLAG_WRITE=copy CECOLL_SYNC=allpairs; do
+      env $v timeout 40 build/cecoll-perf all -g 4 -b 32 -e 32 -d uint8 -R 2 -n 20 -G 50 -w 5 -c 1 2>&1 |
+        grep -vE '^#|^\s*$' | sed "s/^/g8 ${v:-default} /" | tr -s ' ' | cut -c1-120
+    done
     ;;
   inprocb) # the in-process cells, batched
     t=$(($(left) - 15)); [ "$t" -gt "${S10_INPROCB:-220}" ] && t=${S10_INPROCB:-220}
