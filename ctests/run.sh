@@ -24,8 +24,8 @@
 # library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # every cell on the host device, plain and under CECOLL_HOST_CHAOS=1,2,3
-# (the plain row only with --fast), 16 cells per process, and the pairwise
-# subset with a process per cell; a 10 s watchdog per cell, 4 processes at
+# (the plain row only with --fast), and with a 4 KiB staging window, 16
+# cells per process, and the pairwise subset with a process per cell; a 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
 # own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
@@ -360,6 +360,9 @@ run_matrix() {
 run_matrix default all 16
 if [ "$mode" = all ]; then
   run_matrix "pairwise,isolated" pairwise 1
+  # A 4 KiB staging window: every staged call takes many rounds, so a rank
+  # on the staged path plans other steps than one on a window's.
+  run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096
   for seed in 1 2 3; do
     run_matrix "chaos=$seed" all 16 CECOLL_HOST_CHAOS=$seed
   done

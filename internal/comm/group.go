@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -337,7 +338,7 @@ func (g *group) runSet(errs []error) []error {
 			pr, err = pc.c.prepareLocked(&pc.a)
 		}
 		if err == nil && steps >= 0 && pr.Steps != steps {
-			err = result.Errorf(result.InternalError, "%s: rank %d planned %d steps, its peers %d", pc.a.Func, pc.c.rank, pr.Steps, steps)
+			err = planMismatch(&g.colls[ms[0]], pc, pr.Steps, steps)
 		}
 		if err != nil {
 			return append(errs, err)
@@ -353,6 +354,26 @@ func (g *group) runSet(errs []error) []error {
 		}
 	}
 	return errs
+}
+
+// planMismatch is the error of a set whose ranks planned different
+// numbers of steps. Every plan follows from what NCCL's contract makes
+// the ranks agree on, so the calls break it: it names the first argument
+// that differs from the set's first member, else the buffers' windows.
+func planMismatch(first, pc *pendingColl, steps, firstSteps int) error {
+	a, b := &first.a, &pc.a
+	what := "their buffers: every rank passes its buffer at the same offset of one NCCL_WIN_COLL_SYMMETRIC window, in the same form (in place or not), or none does (the symmetric-registration contract)"
+	switch {
+	case a.Count != b.Count:
+		what = fmt.Sprintf("the count: rank %d passed %d, rank %d %d", first.c.rank, a.Count, pc.c.rank, b.Count)
+	case a.Datatype != b.Datatype:
+		what = fmt.Sprintf("the datatype: rank %d passed %s, rank %d %s", first.c.rank, ce.TypeName(a.Datatype), pc.c.rank, ce.TypeName(b.Datatype))
+	case a.Root != b.Root:
+		what = fmt.Sprintf("the root: rank %d passed %d, rank %d %d", first.c.rank, a.Root, pc.c.rank, b.Root)
+	}
+	return result.Errorf(result.InvalidUsage,
+		"%s: the ranks of this group planned different copies (rank %d %d steps, rank %d %d): their calls break NCCL's contract in %s; CECOLL_CHECK=1 compares every call across all ranks",
+		b.Func, first.c.rank, firstSteps, pc.c.rank, steps, what)
 }
 
 // GroupSimulateEnd is ncclGroupSimulateEnd: cecoll has no performance
