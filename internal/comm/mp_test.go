@@ -515,6 +515,9 @@ func TestMPChild(t *testing.T) {
 		require.NoError(t, comms[0].Barrier())
 	case "colls":
 		mpCollectives(t, rt, comms, n)
+	case "collsbarrier": // then wait for the other process (TestMPFlood's root)
+		mpCollectives(t, rt, comms, n)
+		require.NoError(t, comms[0].Barrier())
 	case "check", "check-inplace":
 		mpCheck(t, rt, comms[0], role == "check-inplace")
 	case "survivor", "victim":
