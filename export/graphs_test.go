@@ -17,18 +17,11 @@ import (
 func TestGraphRegistry(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	rt, err := host.New(host.Config{Devices: 1})
-	require.NoError(t, err)
-	t.Cleanup(rt.Close)
-	require.NoError(t, rt.SetDevice(0))
+	rt := oneDevice(t)
 	word, err := rt.MemAlloc(64)
 	require.NoError(t, err)
-	var s [2]hip.Stream
+	s := captureTwo(t, rt)
 	for i := range s {
-		s[i], err = rt.StreamCreate()
-		require.NoError(t, err)
-		require.NoError(t, rt.StreamBeginCapture(s[i], hip.CaptureModeThreadLocal))
-		captures.begin(s[i])
 		require.NoError(t, rt.StreamBatchMemOp(s[i], []hip.MemOp{hip.WriteValue32(word+hip.DevicePtr(4*i), uint32(7+i))}))
 	}
 	k0, err := endCapture(rt, s[0])
@@ -79,19 +72,10 @@ func TestGraphRegistry(t *testing.T) {
 func TestGraphFailedCapture(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	rt, err := host.New(host.Config{Devices: 1})
-	require.NoError(t, err)
-	t.Cleanup(rt.Close)
-	require.NoError(t, rt.SetDevice(0))
-	var s [2]hip.Stream
-	for i := range s {
-		s[i], err = rt.StreamCreate()
-		require.NoError(t, err)
-		require.NoError(t, rt.StreamBeginCapture(s[i], hip.CaptureModeThreadLocal))
-		captures.begin(s[i])
-	}
+	rt := oneDevice(t)
+	s := captureTwo(t, rt)
 	require.Error(t, rt.StreamSynchronize(s[0]), "a sync under capture invalidates it")
-	_, err = endCapture(rt, s[0])
+	_, err := endCapture(rt, s[0])
 	require.Error(t, err, "the invalidated capture")
 	k1, err := endCapture(rt, s[1])
 	require.NoError(t, err)
@@ -104,4 +88,27 @@ func TestGraphFailedCapture(t *testing.T) {
 	for i := range s {
 		require.NoError(t, rt.StreamDestroy(s[i]))
 	}
+}
+
+// oneDevice is a host device of one GPU, current on the calling thread.
+func oneDevice(t *testing.T) *host.Runtime {
+	rt, err := host.New(host.Config{Devices: 1})
+	require.NoError(t, err)
+	t.Cleanup(rt.Close)
+	require.NoError(t, rt.SetDevice(0))
+	return rt
+}
+
+// captureTwo makes two streams that the calling thread (locked by the
+// caller) captures, as cecollStreamBeginCapture does.
+func captureTwo(t *testing.T, rt *host.Runtime) [2]hip.Stream {
+	var s [2]hip.Stream
+	for i := range s {
+		var err error
+		s[i], err = rt.StreamCreate()
+		require.NoError(t, err)
+		require.NoError(t, rt.StreamBeginCapture(s[i], hip.CaptureModeThreadLocal))
+		captures.begin(s[i])
+	}
+	return s
 }
