@@ -458,11 +458,13 @@ func TestCaptureReplay(t *testing.T) {
 }
 
 // TestHandler: every pair of an in-place AlltoAll is swapped by exactly
-// one of its two ranks, and no rank handles more than n/2 pairs (the
-// scratch the plan sizes for).
+// one of its two ranks, except a pair at exactly half the ring, whose
+// ranks swap half each; so every rank moves (n-1)/2 pairs' worth (half
+// pairs counted as halves) and at most n/2 pairs use its scratch.
 func TestHandler(t *testing.T) {
 	for n := 2; n <= 17; n++ {
-		count := make([]int, n)
+		halves := make([]int, n) // pairs' worth, in halves
+		slots := make([]int, n)
 		for a := range n {
 			for b := range n {
 				if a == b {
@@ -471,15 +473,75 @@ func TestHandler(t *testing.T) {
 				h := handler(a, b, n)
 				require.Equal(t, h, handler(b, a, n), "n=%d pair %d,%d", n, a, b)
 				require.True(t, h == a || h == b)
-				if h == a {
-					count[a]++
+				switch {
+				case 2*((b-a+n)%n) == n:
+					halves[a]++
+					slots[a]++
+				case h == a:
+					halves[a] += 2
+					slots[a]++
 				}
 			}
 		}
 		for r := range n {
-			require.LessOrEqual(t, count[r], n/2, "n=%d rank %d", n, r)
+			require.Equal(t, n-1, halves[r], "n=%d rank %d: pairs' worth in halves", n, r)
+			require.LessOrEqual(t, slots[r], n/2, "n=%d rank %d", n, r)
 		}
 	}
+}
+
+// TestSwapPlan: an in-place AlltoAll in many swap rounds syncs before its
+// first round and after its last, not between rounds (only a pair's
+// handler touches its blocks), and every rank copies as many bytes (the
+// halfway pairs split: see handler); eager and captured, data checked
+// (docs/measurements.md, "In-place AlltoAll").
+func TestSwapPlan(t *testing.T) {
+	c := collCase{fn: FuncAlltoAll, count: 1 << 13, inPlace: true, mode: bufWindow}
+	w := newWorld(t, 4, worldOpts{chaos: 3})
+	w.run(testCfg(), 30*time.Second, false, func(r *rankEnv) error {
+		for _, captured := range []bool{false, true} {
+			p := r.prepare(c)
+			var g hip.GraphExec
+			var err error
+			if captured {
+				if g, err = r.captureGraph(&p.args); err == nil {
+					err = r.replay(g)
+				}
+			} else {
+				err = r.e.Launch(&p.args)
+			}
+			if err != nil {
+				return err
+			}
+			plan, syncs, moved := r.e.cur.plan, 0, uintptr(0)
+			for i := range plan.steps {
+				if k, _ := r.e.fill(i); k != syncNone {
+					syncs++
+				}
+				for _, op := range r.e.cp.ops {
+					moved += op.n
+				}
+			}
+			if plan.kind != kindSwap || plan.rounds < 4 || syncs != 2 {
+				return fmt.Errorf("captured %v: plan %v in %d rounds with %d syncs, want swap in at least 4 with 2", captured, plan.kind, plan.rounds, syncs)
+			}
+			// Three copies for each of the (n-1)/2 pairs' worth it handles.
+			if want := 3 * plan.chunk * uintptr(r.w.n-1) / 2; moved != want {
+				return fmt.Errorf("captured %v: rank %d copies %d bytes, want %d", captured, r.rank, moved, want)
+			}
+			r.syncStream()
+			if err := r.verify(c, p); err != nil {
+				return err
+			}
+			if g != 0 {
+				if err := r.rt.GraphExecDestroy(g); err != nil {
+					return err
+				}
+			}
+			r.w.bar.wait()
+		}
+		return nil
+	})
 }
 
 // TestIntraBatchSync runs AllGather and AlltoAll with sub-batches (a low

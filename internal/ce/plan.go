@@ -130,10 +130,12 @@ func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
 	}
 	p.rounds = int((chunk + p.piece - 1) / p.piece)
 	p.steps = p.rounds * p.per
+	syncs := p.steps
 	if p.kind == kindSwap {
-		p.steps = p.rounds + 1 // a sync, every round's swaps and a sync after each
+		p.steps = p.rounds + 1 // a sync with round 0, the later rounds, the final sync
+		syncs = 2
 	}
-	if capturing && p.steps&1 == 1 && p.kind != kindLocal {
+	if capturing && syncs&1 == 1 && p.kind != kindLocal {
 		// B8: a captured collective keeps its number of syncs even, so
 		// that the graph arrays alternate in step on every replay.
 		p.steps++
@@ -264,8 +266,7 @@ func (e *Engine) fill(i int) (syncKind, int) {
 	case kindPush:
 		return e.fillPush(j, o, l)
 	case kindSwap:
-		e.fillSwap(r, o, l)
-		return syncFull, 0
+		return e.fillSwap(r, o, l)
 	case kindRooted:
 		return e.fillRooted(j, o, l)
 	case kindReleased:
@@ -351,8 +352,11 @@ func pushSrc(a *Args, d int, chunk, o uintptr) hip.DevicePtr {
 }
 
 // handler is the rank that swaps the blocks of pair {a, b} of an in-place
-// AlltoAll: the one the other follows by less than half the ring (the
-// lower rank at exactly half). Every rank handles at most n/2 pairs.
+// AlltoAll: the one the other follows by less than half the ring. A pair
+// at exactly half (n even) is split: the lower rank swaps the first half
+// of its blocks, the higher one the rest (handler names the lower). So
+// every rank moves (n-1)/2 pairs' worth, no rank idles (n=2) or carries
+// the halfway pairs alone (docs/measurements.md, "In-place AlltoAll").
 func handler(a, b, n int) int {
 	d := (b - a + n) % n
 	switch {
@@ -366,17 +370,20 @@ func handler(a, b, n int) int {
 
 // fillSwap: in-place AlltoAll where this rank reaches its peers' buffers
 // (group, window). Block (a, b), rank a's block for b, must end where
-// block (b, a) is, and the other way round: a swap. The pair's handler h,
-// with peer d, saves its block for d into its staging window (scratch),
+// block (b, a) is, and the other way round: a swap. The pair's handler h
+// (each rank of a halfway pair for its half), with peer d, saves its
+// block for d into its staging window (scratch),
 // pulls d's block for h into its place, and pushes the saved block into
 // d's buffer: three copies for two blocks, against four through staging,
-// in three batches whose order the stream keeps. Nobody else touches the
-// pair's blocks. Round r moves piece bytes of every block; a full sync
-// precedes every round and ends the last.
-func (e *Engine) fillSwap(r int, o, l uintptr) {
+// in three batches whose order the stream keeps. Round r moves piece
+// bytes of every block. A full sync precedes round 0 (every rank's buffer
+// is ready) and one ends the last round; the rounds in between need none:
+// nobody but its handler touches a byte of a pair's blocks, and each
+// rank's stream orders its rounds' use of its scratch.
+func (e *Engine) fillSwap(r int, o, l uintptr) (syncKind, int) {
 	p := &e.cur.plan
 	if r >= p.rounds {
-		return // the final sync
+		return syncFull, 0 // the final sync
 	}
 	a, n, me, chunk := &p.a, e.n, e.rank, p.chunk
 	for g := segStage1; g <= segStage3; g++ { // segments are filled in order
@@ -384,28 +391,44 @@ func (e *Engine) fillSwap(r int, o, l uintptr) {
 		k := 0
 		for s := 1; s < n; s++ {
 			d := (me + s) % n
-			if handler(me, d, n) != me {
+			at, m := o, l
+			switch {
+			case 2*s == n: // split: the lower rank the first h bytes
+				h := (l / 2) &^ 255
+				if me < d {
+					m = h
+				} else {
+					at, m = o+h, l-h
+				}
+			case handler(me, d, n) != me:
 				continue
 			}
-			mine := a.Recv + hip.DevicePtr(uintptr(d)*chunk+o)
+			if m == 0 {
+				continue
+			}
+			mine := a.Recv + hip.DevicePtr(uintptr(d)*chunk+at)
 			var theirs hip.DevicePtr
 			if p.path == pathGroup {
-				theirs = a.PeerRecv[d] + hip.DevicePtr(uintptr(me)*chunk+o)
+				theirs = a.PeerRecv[d] + hip.DevicePtr(uintptr(me)*chunk+at)
 			} else {
-				theirs = p.win.PeerBase(d) + hip.DevicePtr(p.wOff+uintptr(me)*chunk+o)
+				theirs = p.win.PeerBase(d) + hip.DevicePtr(p.wOff+uintptr(me)*chunk+at)
 			}
 			tmp := e.stageBase + hip.DevicePtr(uintptr(k)*p.piece)
 			switch g {
 			case segStage1:
-				e.cp.add(tmp, mine, l)
+				e.cp.add(tmp, mine, m)
 			case segStage2:
-				e.cp.add(mine, theirs, l)
+				e.cp.add(mine, theirs, m)
 			default:
-				e.cp.add(theirs, tmp, l)
+				e.cp.add(theirs, tmp, m)
 			}
 			k++
 		}
 	}
+	if r > 0 {
+		return syncNone, 0
+	}
+	return syncFull, 0
 }
 
 // fillRooted: Scatter and Gather, the root's copies. Step 0: the peers
