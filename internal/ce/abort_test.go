@@ -55,17 +55,21 @@ func TestAbortReleasesWaits(t *testing.T) {
 		sync    string
 		devices int
 		graph   bool
+		absent  int // the rank that never joins
 	}{
-		{SyncAllPairs, 0, false}, {SyncAllPairs, 0, true},
-		{SyncStar, 0, false}, {SyncStar, 0, true},
-		{SyncStar, 1, false}, {SyncStar, 1, true},
+		{SyncAllPairs, 0, false, 2}, {SyncAllPairs, 0, true, 2},
+		{SyncStar, 0, false, 2}, {SyncStar, 0, true, 2},
+		{SyncStar, 1, false, 2}, {SyncStar, 1, true, 2},
+		// Rank 0 releases the others through its outbox (one device,
+		// captured): their aborts must release their waits there.
+		{SyncStar, 1, true, 0},
 	} {
-		t.Run(fmt.Sprintf("%s/devices=%d/graph=%v", tc.sync, tc.devices, tc.graph), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/devices=%d/graph=%v/absent=%d", tc.sync, tc.devices, tc.graph, tc.absent), func(t *testing.T) {
 			w := newWorld(t, 3, worldOpts{devices: tc.devices})
 			cfg := testCfg()
 			cfg.Sync = tc.sync
 			w.run(cfg, 20*time.Second, false, func(r *rankEnv) error {
-				if r.rank == 2 {
+				if r.rank == tc.absent {
 					r.w.bar.wait() // never joins the collective
 					r.w.bar.wait()
 					return nil

@@ -23,7 +23,8 @@ type recRT struct {
 	hip.Runtime
 	mu       sync.Mutex
 	batches  [][]hip.MemOp
-	copySrcs []hip.DevicePtr // sources of 4-byte copies (flag copies)
+	copySrcs []hip.DevicePtr // sources of 1- and 4-byte copies (flag copies)
+	copySize []uintptr       // sizes of every plain copy
 	batchOn  []hip.Stream    // streams of batched copies
 	attrs    int             // batched copies given attributes
 	mcCreate int             // MulticastCreate calls
@@ -45,11 +46,12 @@ func (r *recRT) StreamBatchMemOp(s hip.Stream, ops []hip.MemOp) error {
 }
 
 func (r *recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) error {
-	if n == 4 {
-		r.mu.Lock()
+	r.mu.Lock()
+	if n == 1 || n == 4 {
 		r.copySrcs = append(r.copySrcs, src)
-		r.mu.Unlock()
 	}
+	r.copySize = append(r.copySize, n)
+	r.mu.Unlock()
 	return r.Runtime.MemcpyAsync(dst, src, n, s)
 }
 
@@ -155,7 +157,7 @@ func TestB4_DeviceResidentFlagWord(t *testing.T) {
 		}})
 		w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
 			mu.Lock()
-			words = append(words, r.e.sig.local(localSrc), r.e.sig.local(localOne))
+			words = append(words, r.e.sig.local(localSrc), r.e.sig.local(localOnes))
 			mu.Unlock()
 			for _, c := range allCases(4, []uintptr{5}, []bufMode{bufWindow}) {
 				p := r.prepare(c)
@@ -242,10 +244,11 @@ func TestB6_MulticastSetUpEagerly(t *testing.T) {
 }
 
 // TestB7_MemOpBatchSplit: memop lists longer than 255 entries are split
-// (the driver refuses 256 and more): 90 ranks in all-pairs syncs, eager
-// and captured (a captured wait is followed by its reset: 3(n-1) entries).
+// (the driver refuses 256 and more): 130 ranks in an eager all-pairs sync
+// (its n-1 writes and n-1 waits make one list; captured syncs wait on lane
+// words, four writers to a word, and stay short).
 func TestB7_MemOpBatchSplit(t *testing.T) {
-	const n = 90
+	const n = 130
 	cfg := testCfg()
 	cfg.Sync = SyncAllPairs
 	recs := make([]*recRT, n)
@@ -257,13 +260,10 @@ func TestB7_MemOpBatchSplit(t *testing.T) {
 	w.run(cfg, 120*time.Second, false, func(r *rankEnv) error {
 		c := collCase{fn: FuncAllGather, count: 1, dtype: 0, mode: bufWindow}
 		p := r.prepare(c)
-		g, err := r.captureGraph(&p.args)
-		if err != nil {
+		if err := r.e.Launch(&p.args); err != nil {
 			return err
 		}
-		if err := r.replay(g); err != nil {
-			return err
-		}
+		r.syncStream()
 		return r.verify(c, p)
 	})
 	long := 0

@@ -26,14 +26,31 @@ import (
 //     may wrap: B18). Nothing is ever reset, so no write can be lost to a
 //     late reset, and a writer that runs ahead only makes a wait pass
 //     that would pass anyway.
-//   - graph words, two arrays of one per peer: a captured graph is
-//     replayed with the values it was captured with, so a captured signal
-//     writes the constant 1 and its waiter resets the word to 0 right
-//     after its wait, in the same batch. Syncs alternate between the two
-//     arrays, and every captured collective has an even number of syncs
-//     (B8), so a word is written again only after its waiter reset it: a
-//     writer reaches the same array again only past the sync in between,
-//     which needs a signal its waiter sends after the reset.
+//   - graph words: a captured graph is replayed with the values it was
+//     captured with, so a captured signal writes the constant 1 (a byte of
+//     it into a lane) and its waiter resets the word to 0 right after its
+//     wait, in the same batch. There are two arrays of each kind below,
+//     syncs alternate between them, and every captured collective has an
+//     even number of syncs (B8), so a word is written again only after its
+//     waiter reset it: a writer reaches the same array again only past the
+//     sync in between, which needs a signal its waiter sends after the
+//     reset. A captured sync is a gather (every peer signals one waiter:
+//     a star's first hop, the root of a toRoot sync, every rank of an
+//     all-pairs sync) or a release (one writer signals every peer: a
+//     star's second hop, fromRoot):
+//       - gather: lanes, one byte per writer, four to a word; a writer
+//         copies one byte, the waiter waits once per word for all of its
+//         lanes and resets the word. Every lane of a word is written in
+//         every sync that waits on it, so the reset loses no early write.
+//       - release: with every rank in this process on one device, the
+//         writer copies ones into its own outbox (one word per waiter, one
+//         copy for all) and each waiter waits on, and resets, its word
+//         there; elsewhere a 4-byte copy into each waiter's word of the
+//         writer (graph words by writer).
+//     In a graph, a copy node costs well under a batch of write-values
+//     and each wait in a batch adds to it (docs/measurements.md, "Flag
+//     operations in a graph"), so captured signals are copies and a gather
+//     waits once per four writers.
 //
 // The regions are apart, so a graph's wait can never pass on a value an
 // eager call left (B10), and an eager wait never on a graph's 1.
@@ -46,16 +63,18 @@ import (
 // B6) one write reaches every peer.
 //
 // Abort writes, from its own stream and every millisecond until Close,
-// a value far past every pending eager wait and 1 into every graph word
-// of this rank: every wait this rank's streams have queued passes.
+// a value far past every pending eager wait and ones into every graph
+// word and lane of this rank and into its word of every peer's outbox:
+// every wait this rank's streams have queued passes.
 
-// A sync window of n ranks holds 3n signal words (the eager words, by
-// writer, then the two graph arrays) and then the local words below.
+// A sync window of n ranks holds, in words: the eager words (n, by
+// writer), the graph words (2n: two arrays by writer), the lanes (2L, L
+// words of four lanes), the outbox (2n: two arrays by waiter), then the
+// local words below.
 const (
 	localSrc     = 0 // the value an eager copied signal carries
-	localOne     = 1 // the constant 1 a captured copied signal carries
-	localScratch = 2 // the warm-up's word
-	localWords   = 3
+	localScratch = 1 // the warm-up's word
+	localOnes    = 2 // n words of 1: what captured signals copy
 )
 
 type signals struct {
@@ -65,7 +84,9 @@ type signals struct {
 	win       Window
 	mc        hip.DevicePtr // multicast address of the window; 0: unicast
 	star      bool          // a full sync goes through rank 0 (SyncStar)
-	copyFlags bool          // signals are copies (B5)
+	copyFlags bool          // eager signals are copies (B5)
+	outbox    bool          // captured releases go through the writer's outbox
+	lanes     int           // lane words per array: ceil(n/4)
 	seq       atomic.Uint32 // eager syncs so far: the value of the last one
 	gpar      uint32        // the graph array of the next captured sync
 	ev        hip.Event     // this rank's event, for event syncs
@@ -79,10 +100,29 @@ type signals struct {
 func (g *signals) word(i int) hip.DevicePtr { return g.base + hip.DevicePtr(4*i) }
 
 // local is the address of local word j.
-func (g *signals) local(j int) hip.DevicePtr { return g.word(3*g.n + j) }
+func (g *signals) local(j int) hip.DevicePtr { return g.word(5*g.n + 2*g.lanes + j) }
 
 func (g *signals) eagerWord(writer int) int             { return writer }
 func (g *signals) graphWord(arr uint32, writer int) int { return (1+int(arr))*g.n + writer }
+func (g *signals) laneWord(arr uint32, j int) int       { return 3*g.n + int(arr)*g.lanes + j }
+func (g *signals) outboxWord(arr uint32, waiter int) int {
+	return 3*g.n + 2*g.lanes + int(arr)*g.n + waiter
+}
+
+// laneMask is what lane word j holds once every writer of its lanes has
+// signalled: every peer, and with self this rank too (an all-pairs signal
+// through multicast writes the writer's own window as well). The wait is
+// a GEQ on it, which holds only at the mask because no other lane is
+// ever written.
+func (g *signals) laneMask(j int, self bool) uint32 {
+	var m uint32
+	for r := 4 * j; r < min(4*j+4, g.n); r++ {
+		if r != g.me || self {
+			m |= 1 << (8 * (r % 4))
+		}
+	}
+	return m
+}
 
 func (g *signals) init(e *Engine) error {
 	rt, n := e.rt, e.n
@@ -105,8 +145,10 @@ func (g *signals) init(e *Engine) error {
 	case SyncAuto:
 		g.star = n >= 4 && !mcUsable
 	}
+	g.lanes = (n + 3) / 4
+	g.outbox = e.c.OneDevice()
 	// B17: zeroed before anyone uses it; Init's barrier comes after.
-	g.size = alignUp(uintptr(3*n+localWords)*4, 64)
+	g.size = alignUp(uintptr(6*n+2*g.lanes+localOnes)*4, 64)
 	var err error
 	if g.base, err = rt.MemAlloc(g.size); err != nil {
 		return initErr("sync window alloc", err)
@@ -114,8 +156,11 @@ func (g *signals) init(e *Engine) error {
 	if err := rt.Memset(g.base, 0, g.size); err != nil {
 		return initErr("sync window zero", err)
 	}
-	one := []byte{1, 0, 0, 0}
-	if err := hip.CopyToDevice(rt, g.local(localOne), one); err != nil {
+	ones := make([]byte, 4*n)
+	for i := range n {
+		ones[4*i] = 1
+	}
+	if err := hip.CopyToDevice(rt, g.local(localOnes), ones); err != nil {
 		return initErr("flag word init", err)
 	}
 	if g.win, err = e.c.RegisterWindow(g.base, g.size); err != nil {
@@ -176,7 +221,7 @@ const (
 // local copies (copyList segLocal) after its own signals and before its
 // waits, where they overlap the wait instead of lengthening the step.
 // Under star a full sync takes two hops through rank 0: the peers signal
-// it, it waits for them and signals back (its local copies come first).
+// it, it waits for them and releases them (its local copies come first).
 func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error {
 	g := &e.sig
 	if k == syncNone || e.n == 1 {
@@ -197,32 +242,36 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(to, v, arr, capturing)
+			e.await(to, false, v, arr, capturing)
 		}
 	case k == syncFull && g.star: // rank 0
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, false, v, arr, capturing)
 			e.fence()
-			err = e.signal(s, -1, v, arr, capturing)
+			err = e.releasePeers(s, v, arr, capturing)
 		}
 	case k == syncFull, k == syncFromRoot && me == c:
-		err = e.signal(s, -1, v, arr, capturing)
+		if k == syncFull {
+			err = e.signal(s, -1, v, arr, capturing)
+		} else {
+			err = e.releasePeers(s, v, arr, capturing)
+		}
 		if err == nil {
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, g.mc != 0, v, arr, capturing)
 		}
 	case k == syncToRoot: // me == c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, false, v, arr, capturing)
 		}
 	default: // syncFromRoot, me != c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(c, v, arr, capturing)
+			e.await(c, false, v, arr, capturing)
 		}
 	}
 	if err != nil {
@@ -231,15 +280,69 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 	return e.submit(s)
 }
 
-// signal writes v into this rank's word of array arr at rank to, or at
-// every peer when to < 0 (through multicast where there is one).
+// signal is a gather's signal: v from this rank to rank to, or to every
+// peer when to < 0 (all pairs; through multicast where there is one).
+// Captured: a byte into this rank's lane of the waiter's lane word.
 func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) error {
 	g := &e.sig
-	w := g.eagerWord(e.rank)
-	if capturing {
-		w = g.graphWord(arr, e.rank)
+	if !capturing {
+		return e.eagerSignal(s, to, v)
 	}
-	off := hip.DevicePtr(4 * w)
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	off := hip.DevicePtr(4*g.laneWord(arr, e.rank/4) + e.rank%4)
+	src := g.local(localOnes)
+	switch {
+	case to >= 0:
+		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, 1, s)
+	case g.mc != 0:
+		return e.rt.MemcpyAsync(g.mc+off, src, 1, s)
+	}
+	for r := range e.n {
+		if r != e.rank {
+			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 1, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// releasePeers is a release's signal: v from this rank to every peer.
+// Captured: ones into this rank's outbox, or into its graph word at every
+// peer (see the top of the file).
+func (e *Engine) releasePeers(s hip.Stream, v, arr uint32, capturing bool) error {
+	g := &e.sig
+	if !capturing {
+		return e.eagerSignal(s, -1, v)
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	src := g.local(localOnes)
+	if g.outbox {
+		return e.rt.MemcpyAsync(g.word(g.outboxWord(arr, 0)), src, uintptr(4*e.n), s)
+	}
+	off := hip.DevicePtr(4 * g.graphWord(arr, e.rank))
+	for r := range e.n {
+		if r != e.rank {
+			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 4, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// eagerSignal writes v into this rank's eager word at rank to, or at every
+// peer when to < 0 (through multicast where there is one): a write-value,
+// or where the driver refuses write-values to peer memory (B5) or when
+// asked, a 4-byte copy of a local word a write-value set to v first
+// (stream order keeps the copy after it; B4: never host memory).
+func (e *Engine) eagerSignal(s hip.Stream, to int, v uint32) error {
+	g := &e.sig
+	off := hip.DevicePtr(4 * g.eagerWord(e.rank))
 	if !g.copyFlags {
 		switch {
 		case to >= 0:
@@ -255,11 +358,8 @@ func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) err
 		}
 		return nil
 	}
-	src := g.local(localOne)
-	if !capturing {
-		src = g.local(localSrc)
-		e.ops = append(e.ops, hip.WriteValue32(src, v))
-	}
+	src := g.local(localSrc)
+	e.ops = append(e.ops, hip.WriteValue32(src, v))
 	if err := e.submit(s); err != nil {
 		return err
 	}
@@ -279,28 +379,33 @@ func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) err
 	return nil
 }
 
-// await queues this rank's waits for v from rank from, or from every peer
-// when from < 0; under capture each wait is followed by the reset of its
-// word (in a batch of its own where writes may overtake waits).
-func (e *Engine) await(from int, v, arr uint32, capturing bool) {
+// await queues this rank's waits: for a release from rank from, or, when
+// from < 0, for a gather's signals from every peer (and itself with self:
+// see laneMask). Under capture each
+// wait is followed by the reset of its word (in a batch of its own where
+// writes may overtake waits).
+func (e *Engine) await(from int, self bool, v, arr uint32, capturing bool) {
 	g := &e.sig
-	lo, hi := from, from+1
-	if from < 0 {
-		lo, hi = 0, e.n
-	}
 	mark := len(e.ops)
-	for r := lo; r < hi; r++ {
-		if r == e.rank {
-			continue
+	switch {
+	case !capturing:
+		for r := range e.n {
+			if r != e.rank && (from < 0 || r == from) {
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.eagerWord(r)), v, hip.WaitGEQ))
+			}
 		}
-		w := g.eagerWord(r)
-		if capturing {
-			w = g.graphWord(arr, r)
-		}
-		e.ops = append(e.ops, hip.WaitValue32(g.word(w), v, hip.WaitGEQ))
-	}
-	if !capturing {
 		return
+	case from < 0:
+		for j := range g.lanes {
+			if m := g.laneMask(j, self); m != 0 {
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.laneWord(arr, j)), m, hip.WaitGEQ))
+			}
+		}
+	case g.outbox:
+		w := g.win.PeerBase(from) + hip.DevicePtr(4*g.outboxWord(arr, e.rank))
+		e.ops = append(e.ops, hip.WaitValue32(w, 1, hip.WaitGEQ))
+	default:
+		e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(arr, from)), 1, hip.WaitGEQ))
 	}
 	e.fence()
 	end := len(e.ops)
@@ -403,16 +508,25 @@ func (g *signals) startRelease(e *Engine) {
 			}
 		}
 		g.abortStream = s
-		ops := make([]hip.MemOp, 0, 3*g.n)
+		ops := make([]hip.MemOp, 0, 5*g.n+2*g.lanes)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
 			ops = ops[:0]
 			rv := g.releaseValue()
 			for r := range g.n {
-				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv),
-					hip.WriteValue32(g.word(g.graphWord(0, r)), 1),
-					hip.WriteValue32(g.word(g.graphWord(1, r)), 1))
+				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv))
+				for arr := range uint32(2) {
+					ops = append(ops, hip.WriteValue32(g.word(g.graphWord(arr, r)), 1))
+					if g.outbox && r != g.me {
+						ops = append(ops, hip.WriteValue32(g.win.PeerBase(r)+hip.DevicePtr(4*g.outboxWord(arr, g.me)), 1))
+					}
+				}
+			}
+			for j := range g.lanes {
+				for arr := range uint32(2) {
+					ops = append(ops, hip.WriteValue32(g.word(g.laneWord(arr, j)), 0x01010101))
+				}
 			}
 			if err := hip.BatchMemOps(e.rt, s, ops); err != nil {
 				log.Warnf("ce abort: rank %d: release flag waits: %v", e.rank, err)

@@ -46,7 +46,7 @@ var (
 	IntraBatchSyncThreshold = newBytes[uint64]("CECOLL_INTRA_BATCH_SYNC_THRESHOLD", Tuning, 512<<20, 1, 1<<40,
 		"bytes (chunk x ranks) from which AllGather and AlltoAll split their copies into sub-batches with a sync between them")
 	FlagWrite = newChoice("CECOLL_FLAG_WRITE", Tuning, "auto", []string{"auto", "value", "copy"},
-		"how flags reach peers: value (stream write-value), copy (4-byte copies from a device word), auto (value where the driver allows it, else copy)")
+		"how eager calls' flags reach peers: value (stream write-value), copy (4-byte copies from a device word), auto (value where the driver allows it, else copy); captured calls always copy")
 	Sync = newChoice("CECOLL_SYNC", Tuning, "auto", []string{"auto", "allpairs", "star"},
 		"flag-sync algorithm: allpairs (every rank writes every peer), star (rank 0 gathers and releases), auto (star from 4 ranks up unless the device has multicast)")
 	HubBytes = newBytes[int64]("CECOLL_HUB_BYTES", Tuning, 4<<20, 0, 1<<40,
