@@ -9,12 +9,13 @@ import (
 const (
 	DefaultIntraBatchSyncFreq      = 8
 	DefaultIntraBatchSyncThreshold = 512 << 20
-	// DefaultStagingBytes is the staging window per rank: 32 MiB. Calls on
+	// DefaultStagingBytes is the staging window per rank: 64 MiB. Calls on
 	// unregistered buffers move at most this much per receiver per round,
-	// each round costing two syncs; 32 MiB keeps a round far longer than
-	// its syncs on NVLink (about 90 us at 380 GB/s against about 10 us).
-	// In-place AlltoAll uses it as the scratch of its swaps.
-	DefaultStagingBytes = 32 << 20
+	// each round costing two syncs; in-place AlltoAll uses it as the
+	// scratch of its swaps, where 32 MiB (8 MiB pieces at 8 ranks) reached
+	// only 31-48% of the copy ceiling on one H200 against 60-62% with 64
+	// (docs/measurements.md, "In-place AlltoAll").
+	DefaultStagingBytes = 64 << 20
 	// DefaultHubBytes bounds a hub AllGather (chunk*n bytes per rank); see
 	// plan.go. docs/measurements.md, "Where hub rounds stop", has the sweep.
 	DefaultHubBytes = 4 << 20

@@ -39,7 +39,7 @@ var (
 
 	// The engine's (internal/ce). Every rank of a communicator must see the
 	// same values: they decide how many flag syncs a call makes.
-	StagingBytes = newBytes[uintptr]("CECOLL_STAGING_BYTES", User, 32<<20, 4<<10, 64<<30,
+	StagingBytes = newBytes[uintptr]("CECOLL_STAGING_BYTES", User, 64<<20, 4<<10, 64<<30,
 		"internal staging window per rank, for buffers outside any window")
 	IntraBatchSyncFreq = newBytes[int]("CECOLL_INTRA_BATCH_SYNC_FREQ", Tuning, 8, 1, 1<<20,
 		"copies per sub-batch when intra-batch sync applies")
