@@ -292,21 +292,7 @@ func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) err
 		return err
 	}
 	off := hip.DevicePtr(4*g.laneWord(arr, e.rank/4) + e.rank%4)
-	src := g.local(localOnes)
-	switch {
-	case to >= 0:
-		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, 1, s)
-	case g.mc != 0:
-		return e.rt.MemcpyAsync(g.mc+off, src, 1, s)
-	}
-	for r := range e.n {
-		if r != e.rank {
-			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 1, s); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return e.copyFlag(s, to, off, g.local(localOnes), 1)
 }
 
 // releasePeers is a release's signal: v from this rank to every peer.
@@ -324,15 +310,7 @@ func (e *Engine) releasePeers(s hip.Stream, v, arr uint32, capturing bool) error
 	if g.outbox {
 		return e.rt.MemcpyAsync(g.word(g.outboxWord(arr, 0)), src, uintptr(4*e.n), s)
 	}
-	off := hip.DevicePtr(4 * g.graphWord(arr, e.rank))
-	for r := range e.n {
-		if r != e.rank {
-			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 4, s); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return e.copyFlag(s, -1, hip.DevicePtr(4*g.graphWord(arr, e.rank)), src, 4)
 }
 
 // eagerSignal writes v into this rank's eager word at rank to, or at every
@@ -363,15 +341,24 @@ func (e *Engine) eagerSignal(s hip.Stream, to int, v uint32) error {
 	if err := e.submit(s); err != nil {
 		return err
 	}
+	return e.copyFlag(s, to, off, src, 4)
+}
+
+// copyFlag copies n bytes from src to offset off of rank to's sync window,
+// or of every peer's when to < 0: one copy to the multicast address where
+// there is one, which reaches this rank's window too (laneMask counts
+// that; no other word a rank writes in its own window is waited on).
+func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr, n uintptr) error {
+	g := &e.sig
 	switch {
 	case to >= 0:
-		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, 4, s)
+		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, n, s)
 	case g.mc != 0:
-		return e.rt.MemcpyAsync(g.mc+off, src, 4, s)
+		return e.rt.MemcpyAsync(g.mc+off, src, n, s)
 	}
 	for r := range e.n {
 		if r != e.rank {
-			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 4, s); err != nil {
+			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, n, s); err != nil {
 				return err
 			}
 		}
