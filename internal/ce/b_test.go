@@ -245,8 +245,7 @@ func TestB6_MulticastSetUpEagerly(t *testing.T) {
 
 // TestB7_MemOpBatchSplit: memop lists longer than 255 entries are split
 // (the driver refuses 256 and more): 130 ranks in an eager all-pairs sync
-// (its n-1 writes and n-1 waits make one list; captured syncs wait on lane
-// words, four writers to a word, and stay short).
+// (its n-1 writes and n-1 waits make one list).
 func TestB7_MemOpBatchSplit(t *testing.T) {
 	const n = 130
 	cfg := testCfg()

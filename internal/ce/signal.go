@@ -27,49 +27,39 @@ import (
 //     late reset, and a writer that runs ahead only makes a wait pass
 //     that would pass anyway.
 //   - graph words: a captured graph is replayed with the values it was
-//     captured with, so a captured signal writes the constant 1 (a byte of
-//     it into a lane) and its waiter resets the word to 0 right after its
-//     wait, in the same batch. There are two arrays of each kind below,
-//     syncs alternate between them, and every captured collective has an
-//     even number of syncs (B8), so a word is written again only after its
-//     waiter reset it: a writer reaches the same array again only past the
-//     sync in between, which needs a signal its waiter sends after the
-//     reset. A captured sync is a gather (every peer signals one waiter:
-//     a star's first hop, the root of a toRoot sync, every rank of an
-//     all-pairs sync) or a release (one writer signals every peer: a
-//     star's second hop, fromRoot):
-//       - gather: lanes, one byte per writer, four to a word; a writer
-//         copies one byte, the waiter waits once per word for all of its
-//         lanes and resets the word. Every lane of a word is written in
-//         every sync that waits on it, so the reset loses no early write.
-//       - release: with every rank in this process on one device, the
-//         writer copies ones into its own outbox (one word per waiter, one
-//         copy for all) and each waiter waits on, and resets, its word
-//         there; elsewhere a 4-byte copy into each waiter's word of the
-//         writer (graph words by writer).
-//     In a graph, a copy node costs well under a batch of write-values
-//     and each wait in a batch adds to it (docs/measurements.md, "Flag
-//     operations in a graph"), so captured signals are copies and a gather
-//     waits once per four writers.
+//     captured with, so a captured signal writes the constant 1 and its
+//     waiter resets the word to 0 right after its wait, in the same batch.
+//     Syncs alternate between two arrays, and every captured collective
+//     has an even number of syncs (B8), so a word is written again only
+//     after its waiter reset it: a writer reaches the same array again
+//     only past the sync in between, which needs a signal its waiter sends
+//     after the reset. A captured signal is a 4-byte copy of a word of
+//     ones into the writer's word at the waiter (graph words by writer);
+//     where one writer releases every peer (a star's second hop, fromRoot)
+//     and every rank runs in this process on one device, it is instead one
+//     copy of ones into the writer's outbox (a word per waiter), where each
+//     waiter waits on, and resets, its word. In a graph a copy node costs
+//     well under a batch of write-values (docs/measurements.md, "Flag
+//     operations in a graph").
 //
 // The regions are apart, so a graph's wait can never pass on a value an
 // eager call left (B10), and an eager wait never on a graph's 1.
 //
-// A signal is a write-value into the waiter's word, or, where the driver
-// refuses write-values to peer memory (B5) or when asked, a 4-byte copy of
-// a device word holding the value (B4: never host memory): for an eager
-// sync a local write-value puts the value there first (stream order keeps
-// the copy after it). With multicast (all pairs only, more than two ranks,
-// B6) one write reaches every peer.
+// An eager signal is a write-value into the waiter's word, or, where the
+// driver refuses write-values to peer memory (B5) or when asked, a 4-byte
+// copy of a device word holding the value (B4: never host memory), which
+// a local write-value sets first (stream order keeps the copy after it).
+// With multicast (all pairs only, more than two ranks, B6) one write
+// reaches every peer. Captured signals are copies to each peer.
 //
 // Abort writes, from its own stream and every millisecond until Close,
 // a value far past every pending eager wait and ones into every graph
-// word and lane of this rank and into its word of every peer's outbox:
+// word of this rank and into its word of every peer's outbox:
 // every wait this rank's streams have queued passes.
 
 // A sync window of n ranks holds, in words: the eager words (n, by
-// writer), the graph words (2n: two arrays by writer), the lanes (2L, L
-// words of four lanes), the outbox (2n: two arrays by waiter), then the
+// writer), the graph words (2n: two arrays by writer), the outbox (2n: two
+// arrays by waiter), then the
 // local words below.
 const (
 	localSrc     = 0 // the value an eager copied signal carries
@@ -86,7 +76,6 @@ type signals struct {
 	star      bool          // a full sync goes through rank 0 (SyncStar)
 	copyFlags bool          // eager signals are copies (B5)
 	outbox    bool          // captured releases go through the writer's outbox
-	lanes     int           // lane words per array: ceil(n/4)
 	seq       atomic.Uint32 // eager syncs so far: the value of the last one
 	gpar      uint32        // the graph array of the next captured sync
 	ev        hip.Event     // this rank's event, for event syncs
@@ -100,28 +89,12 @@ type signals struct {
 func (g *signals) word(i int) hip.DevicePtr { return g.base + hip.DevicePtr(4*i) }
 
 // local is the address of local word j.
-func (g *signals) local(j int) hip.DevicePtr { return g.word(5*g.n + 2*g.lanes + j) }
+func (g *signals) local(j int) hip.DevicePtr { return g.word(5*g.n + j) }
 
 func (g *signals) eagerWord(writer int) int             { return writer }
 func (g *signals) graphWord(arr uint32, writer int) int { return (1+int(arr))*g.n + writer }
-func (g *signals) laneWord(arr uint32, j int) int       { return 3*g.n + int(arr)*g.lanes + j }
 func (g *signals) outboxWord(arr uint32, waiter int) int {
-	return 3*g.n + 2*g.lanes + int(arr)*g.n + waiter
-}
-
-// laneMask is what lane word j holds once every writer of its lanes has
-// signalled: every peer, and with self this rank too (an all-pairs signal
-// through multicast writes the writer's own window as well). The wait is
-// a GEQ on it, which holds only at the mask because no other lane is
-// ever written.
-func (g *signals) laneMask(j int, self bool) uint32 {
-	var m uint32
-	for r := 4 * j; r < min(4*j+4, g.n); r++ {
-		if r != g.me || self {
-			m |= 1 << (8 * (r % 4))
-		}
-	}
-	return m
+	return 3*g.n + int(arr)*g.n + waiter
 }
 
 func (g *signals) init(e *Engine) error {
@@ -145,10 +118,9 @@ func (g *signals) init(e *Engine) error {
 	case SyncAuto:
 		g.star = n >= 4 && !mcUsable
 	}
-	g.lanes = (n + 3) / 4
 	g.outbox = e.c.OneDevice()
 	// B17: zeroed before anyone uses it; Init's barrier comes after.
-	g.size = alignUp(uintptr(6*n+2*g.lanes+localOnes)*4, 64)
+	g.size = alignUp(uintptr(6*n+localOnes)*4, 64)
 	var err error
 	if g.base, err = rt.MemAlloc(g.size); err != nil {
 		return initErr("sync window alloc", err)
@@ -242,12 +214,12 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(to, false, v, arr, capturing)
+			e.await(to, v, arr, capturing)
 		}
 	case k == syncFull && g.star: // rank 0
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, false, v, arr, capturing)
+			e.await(-1, v, arr, capturing)
 			e.fence()
 			err = e.releasePeers(s, v, arr, capturing)
 		}
@@ -261,17 +233,17 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(-1, g.mc != 0, v, arr, capturing)
+			e.await(-1, v, arr, capturing)
 		}
 	case k == syncToRoot: // me == c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, false, v, arr, capturing)
+			e.await(-1, v, arr, capturing)
 		}
 	default: // syncFromRoot, me != c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(c, false, v, arr, capturing)
+			e.await(c, v, arr, capturing)
 		}
 	}
 	if err != nil {
@@ -280,9 +252,9 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 	return e.submit(s)
 }
 
-// signal is a gather's signal: v from this rank to rank to, or to every
-// peer when to < 0 (all pairs; through multicast where there is one).
-// Captured: a byte into this rank's lane of the waiter's lane word.
+// signal is a gather's signal (every peer signals one waiter): v from
+// this rank to rank to, or to every peer when to < 0 (all pairs; eagerly
+// through multicast where there is one).
 func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) error {
 	g := &e.sig
 	if !capturing {
@@ -291,8 +263,7 @@ func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) err
 	if err := e.submit(s); err != nil {
 		return err
 	}
-	off := hip.DevicePtr(4*g.laneWord(arr, e.rank/4) + e.rank%4)
-	return e.copyFlag(s, to, off, g.local(localOnes), 1)
+	return e.copyFlag(s, to, hip.DevicePtr(4*g.graphWord(arr, e.rank)), g.local(localOnes), 4)
 }
 
 // releasePeers is a release's signal: v from this rank to every peer.
@@ -341,20 +312,18 @@ func (e *Engine) eagerSignal(s hip.Stream, to int, v uint32) error {
 	if err := e.submit(s); err != nil {
 		return err
 	}
+	if to < 0 && g.mc != 0 {
+		return e.rt.MemcpyAsync(g.mc+off, src, 4, s)
+	}
 	return e.copyFlag(s, to, off, src, 4)
 }
 
 // copyFlag copies n bytes from src to offset off of rank to's sync window,
-// or of every peer's when to < 0: one copy to the multicast address where
-// there is one, which reaches this rank's window too (laneMask counts
-// that; no other word a rank writes in its own window is waited on).
+// or of every peer's when to < 0, one copy each.
 func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr, n uintptr) error {
 	g := &e.sig
-	switch {
-	case to >= 0:
+	if to >= 0 {
 		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, n, s)
-	case g.mc != 0:
-		return e.rt.MemcpyAsync(g.mc+off, src, n, s)
 	}
 	for r := range e.n {
 		if r != e.rank {
@@ -367,11 +336,10 @@ func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr, n uintpt
 }
 
 // await queues this rank's waits: for a release from rank from, or, when
-// from < 0, for a gather's signals from every peer (and itself with self:
-// see laneMask). Under capture each
+// from < 0, for a gather's signals from every peer. Under capture each
 // wait is followed by the reset of its word (in a batch of its own where
 // writes may overtake waits).
-func (e *Engine) await(from int, self bool, v, arr uint32, capturing bool) {
+func (e *Engine) await(from int, v, arr uint32, capturing bool) {
 	g := &e.sig
 	mark := len(e.ops)
 	switch {
@@ -383,9 +351,9 @@ func (e *Engine) await(from int, self bool, v, arr uint32, capturing bool) {
 		}
 		return
 	case from < 0:
-		for j := range g.lanes {
-			if m := g.laneMask(j, self); m != 0 {
-				e.ops = append(e.ops, hip.WaitValue32(g.word(g.laneWord(arr, j)), m, hip.WaitGEQ))
+		for r := range e.n {
+			if r != e.rank {
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(arr, r)), 1, hip.WaitGEQ))
 			}
 		}
 	case g.outbox:
@@ -495,7 +463,7 @@ func (g *signals) startRelease(e *Engine) {
 			}
 		}
 		g.abortStream = s
-		ops := make([]hip.MemOp, 0, 5*g.n+2*g.lanes)
+		ops := make([]hip.MemOp, 0, 5*g.n)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -508,11 +476,6 @@ func (g *signals) startRelease(e *Engine) {
 					if g.outbox && r != g.me {
 						ops = append(ops, hip.WriteValue32(g.win.PeerBase(r)+hip.DevicePtr(4*g.outboxWord(arr, g.me)), 1))
 					}
-				}
-			}
-			for j := range g.lanes {
-				for arr := range uint32(2) {
-					ops = append(ops, hip.WriteValue32(g.word(g.laneWord(arr, j)), 0x01010101))
 				}
 			}
 			if err := hip.BatchMemOps(e.rt, s, ops); err != nil {

@@ -10,9 +10,8 @@ import (
 
 // TestCapturedSyncShape pins the captured signals (docs/measurements.md,
 // "Flag operations in a graph"): at 8 ranks on one device in star syncs,
-// rank 0 waits once per lane word (two, not seven), each peer once per
-// release, on rank 0's outbox; signals are copies (a byte per gather
-// signal, one outbox copy per release), never write-values of 1.
+// signals are 4-byte copies, never write-values of 1; rank 0 releases the
+// others with one copy into its outbox per release, where each peer waits.
 func TestCapturedSyncShape(t *testing.T) {
 	const n = 8
 	nomc := hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: true}
@@ -48,15 +47,15 @@ func TestCapturedSyncShape(t *testing.T) {
 		}
 		flags := map[uintptr]int{}
 		for _, sz := range rec.copySize {
-			if sz == 1 || sz == 4*n {
+			if sz == 4 || sz == 4*n {
 				flags[sz]++
 			}
 		}
 		rec.mu.Unlock()
-		want := map[uintptr]int{1: 2} // a peer: its lane at rank 0, twice
+		want := map[uintptr]int{4: 2} // a peer: its word at rank 0, twice
 		wantWaits := 2                // a peer: rank 0's outbox, twice
 		if r.rank == 0 {
-			want, wantWaits = map[uintptr]int{4 * n: 2}, 2*((n+3)/4)
+			want, wantWaits = map[uintptr]int{4 * n: 2}, 2*(n-1)
 		}
 		if waits != wantWaits || ones != 0 || fmt.Sprint(flags) != fmt.Sprint(want) {
 			return fmt.Errorf("rank %d: %d waits, %d write-values of 1, flag copies by size %v; want %d, 0, %v", r.rank, waits, ones, flags, wantWaits, want)
