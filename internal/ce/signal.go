@@ -263,25 +263,21 @@ func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) err
 	if err := e.submit(s); err != nil {
 		return err
 	}
-	return e.copyFlag(s, to, hip.DevicePtr(4*g.graphWord(arr, e.rank)), g.local(localOnes), 4)
+	return e.copyFlag(s, to, hip.DevicePtr(4*g.graphWord(arr, e.rank)), g.local(localOnes))
 }
 
-// releasePeers is a release's signal: v from this rank to every peer.
-// Captured: ones into this rank's outbox, or into its graph word at every
-// peer (see the top of the file).
+// releasePeers is a release's signal: v from this rank to every peer. It
+// is signal's, except captured with every rank on one device: ones into
+// this rank's outbox, one copy for all (see the top of the file).
 func (e *Engine) releasePeers(s hip.Stream, v, arr uint32, capturing bool) error {
 	g := &e.sig
-	if !capturing {
-		return e.eagerSignal(s, -1, v)
+	if !capturing || !g.outbox {
+		return e.signal(s, -1, v, arr, capturing)
 	}
 	if err := e.submit(s); err != nil {
 		return err
 	}
-	src := g.local(localOnes)
-	if g.outbox {
-		return e.rt.MemcpyAsync(g.word(g.outboxWord(arr, 0)), src, uintptr(4*e.n), s)
-	}
-	return e.copyFlag(s, -1, hip.DevicePtr(4*g.graphWord(arr, e.rank)), src, 4)
+	return e.rt.MemcpyAsync(g.word(g.outboxWord(arr, 0)), g.local(localOnes), uintptr(4*e.n), s)
 }
 
 // eagerSignal writes v into this rank's eager word at rank to, or at every
@@ -315,19 +311,19 @@ func (e *Engine) eagerSignal(s hip.Stream, to int, v uint32) error {
 	if to < 0 && g.mc != 0 {
 		return e.rt.MemcpyAsync(g.mc+off, src, 4, s)
 	}
-	return e.copyFlag(s, to, off, src, 4)
+	return e.copyFlag(s, to, off, src)
 }
 
-// copyFlag copies n bytes from src to offset off of rank to's sync window,
-// or of every peer's when to < 0, one copy each.
-func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr, n uintptr) error {
+// copyFlag copies the flag word at src to offset off of rank to's sync
+// window, or of every peer's when to < 0, one copy each.
+func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr) error {
 	g := &e.sig
 	if to >= 0 {
-		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, n, s)
+		return e.rt.MemcpyAsync(g.win.PeerBase(to)+off, src, 4, s)
 	}
 	for r := range e.n {
 		if r != e.rank {
-			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, n, s); err != nil {
+			if err := e.rt.MemcpyAsync(g.win.PeerBase(r)+off, src, 4, s); err != nil {
 				return err
 			}
 		}
