@@ -343,3 +343,20 @@ func TestAbortReleaseLandsBeforeFree(t *testing.T) {
 		require.Empty(t, wr.destroyed, "rank %d: the release stream was destroyed (its words freed) with writes queued", rank)
 	}
 }
+
+// TestAbortAfterClose: an Abort that comes after Close (a peer-failure
+// handler racing a destroy) starts no release loop: Close has freed, or
+// is freeing, the words the loop would write.
+func TestAbortAfterClose(t *testing.T) {
+	w := newWorld(t, 2, worldOpts{})
+	w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
+		<-r.e.Close()
+		r.e.Abort()
+		r.e.sig.relMu.Lock()
+		defer r.e.sig.relMu.Unlock()
+		if r.e.sig.relStop != nil {
+			return fmt.Errorf("rank %d: Abort after Close started the release loop", r.rank)
+		}
+		return nil
+	})
+}

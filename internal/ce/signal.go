@@ -2,6 +2,7 @@ package ce
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,8 @@ type signals struct {
 	ev        hip.Event     // this rank's event, for event syncs
 
 	abortStream hip.Stream
+	relMu       sync.Mutex // orders startRelease (Abort) with stopRelease (Close)
+	relEnded    bool       // stopRelease ran: the words may be freed
 	relStop     chan struct{}
 	relDone     chan struct{}
 }
@@ -431,9 +434,16 @@ func (g *signals) releaseValue() uint32 { return g.seq.Load() + 1<<30 }
 
 // startRelease starts Abort's release loop: every millisecond, from its own
 // stream, the release value into every eager word and 1 into every graph
-// word of this rank. It repeats because a peer's late eager write may
-// lower a word again, and a captured wait resets its word.
+// word of this rank and its outbox words at its peers. It repeats because
+// a peer's late eager write may lower a word again, and a captured wait
+// resets its word. Never after stopRelease: Close frees the words then (an
+// Abort from a peer-failure handler may come after Close).
 func (g *signals) startRelease(e *Engine) {
+	g.relMu.Lock()
+	defer g.relMu.Unlock()
+	if g.relEnded {
+		return
+	}
 	g.relStop, g.relDone = make(chan struct{}), make(chan struct{})
 	go func(stop <-chan struct{}, done chan<- struct{}) {
 		defer close(done)
@@ -487,8 +497,11 @@ func (g *signals) startRelease(e *Engine) {
 	}(g.relStop, g.relDone)
 }
 
-// stopRelease ends the release loop, if running.
+// stopRelease ends the release loop, if running, and any later start.
 func (g *signals) stopRelease() {
+	g.relMu.Lock()
+	defer g.relMu.Unlock()
+	g.relEnded = true
 	if g.relStop == nil {
 		return
 	}
