@@ -628,3 +628,96 @@ func TestB19_OrderedAcrossStreams(t *testing.T) {
 		return nil
 	})
 }
+
+// TestB19_EventArrival: with events, a call's first signal comes from the
+// caller's stream only where that stream has waited for every earlier call
+// of the communicator (Engine.covers); from another stream, a rank whose
+// earlier call still runs would let its peers push into a buffer that call
+// still reads. A Gather (every rank copies its own block into the root's
+// recv), eager or a graph's replay, with rank 1 held back on its stream,
+// then an eager AllGather on a second stream (where an earlier call ran)
+// whose recv's last block is each rank's Gather send: the root must still
+// get rank 1's own block.
+func TestB19_EventArrival(t *testing.T) {
+	const n, chunk = 3, 512
+	for _, graph := range []bool{false, true} {
+		t.Run(fmt.Sprint("graph=", graph), func(t *testing.T) {
+			w := newWorld(t, n, worldOpts{devices: 1, chaos: 19})
+			cfg := testCfg()
+			cfg.HubBytes = -1 // every rank pushes its own block
+			w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
+				return eventArrival(r, n, chunk, graph)
+			})
+		})
+	}
+}
+
+func eventArrival(r *rankEnv, n int, chunk uintptr, graph bool) error {
+	me := r.rank
+	s2, err := r.rt.StreamCreate()
+	if err != nil {
+		return err
+	}
+	defer r.rt.StreamDestroy(s2)
+	buf, gout, agSend := r.alloc(uintptr(n)*chunk), r.alloc(uintptr(n)*chunk), r.alloc(chunk)
+	gsend := buf + hip.DevicePtr(uintptr(n-1)*chunk)
+	r.put(agSend, pattern(me+10, chunk))
+	g := Args{Func: FuncGather, Count: chunk, EltSize: 1, Root: 0, Send: gsend, Recv: gout, Stream: r.s,
+		PeerSend: r.exchange(gsend), PeerRecv: r.exchange(gout)}
+	r.withEvents(&g)
+	ag := Args{Func: FuncAllGather, Count: chunk, EltSize: 1, Send: agSend, Recv: buf, Stream: s2,
+		PeerSend: r.exchange(agSend), PeerRecv: r.exchange(buf), PeerEvents: g.PeerEvents}
+	var x hip.GraphExec
+	if graph {
+		if err := r.launchSteps(&ag); err != nil { // s2 now covers es
+			return err
+		}
+		if x, err = r.captureGraph(&g); err != nil {
+			return err
+		}
+		r.syncStream()
+		if err := r.rt.StreamSynchronize(s2); err != nil {
+			return err
+		}
+	}
+	r.put(buf, bytes.Repeat([]byte{0xA5}, n*int(chunk)))
+	r.put(gsend, pattern(me, chunk))
+	r.w.bar.wait()
+	release := func() {}
+	if me == 1 {
+		release = r.gate(r.s)
+	}
+	if graph {
+		err = r.e.OrderBefore(r.s)
+		if err == nil {
+			err = r.rt.GraphLaunch(x, r.s)
+		}
+		if err == nil {
+			err = r.e.OrderAfter(r.s)
+		}
+	} else {
+		err = r.launchSteps(&g)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.launchSteps(&ag); err != nil {
+		return err
+	}
+	time.Sleep(20 * time.Millisecond)
+	release()
+	for _, s := range []hip.Stream{r.s, s2} {
+		if err := r.rt.StreamSynchronize(s); err != nil {
+			return err
+		}
+	}
+	if got := r.get(gout+hip.DevicePtr(chunk), chunk); me == 0 && !bytes.Equal(got, pattern(1, chunk)) {
+		return fmt.Errorf("the root got another block for rank 1: its Gather send was overwritten by the AllGather issued after it")
+	}
+	for q := range n {
+		if got := r.get(buf+hip.DevicePtr(uintptr(q)*chunk), chunk); !bytes.Equal(got, pattern(q+10, chunk)) {
+			return fmt.Errorf("rank %d: AllGather block %d wrong", me, q)
+		}
+	}
+	return nil
+}
