@@ -50,6 +50,9 @@
  * process's life), CLOCK_MONOTONIC elsewhere; counters are relaxed
  * atomics, one cache line per symbol and account.
  *
+ * CUSHIM_DOT=DIR writes every captured graph as a DOT file (see cuStreamEndCapture);
+ * CUSHIM_STREAMS=N makes N idle streams before the process's first (cuStreamCreate).
+ *
  * Built with -DCUSHIM_BENCH this file is instead a small program that
  * measures the shim's overhead: cuDriverGetVersion through the shim
  * (dlopen "libcuda.so.1") against the same call on cushim_real() directly. */
@@ -89,23 +92,26 @@ static u64 mono_ns(void) {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap)     \
   X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                     \
   X(cuMemRetainAllocationHandle) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2)              \
-  X(cuMemsetD8_v2) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoH_v2) X(cuStreamCreate) X(cuStreamDestroy_v2) \
+  X(cuMemsetD8_v2) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpy2DAsync_v2) X(cuMemcpyDtoH_v2) X(cuStreamDestroy_v2) \
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2)      \
   X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime_v2) X(cuEventElapsedTime)   \
-  X(cuStreamBatchMemOp_v2) X(cuStreamIsCapturing) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture)       \
+  X(cuStreamBatchMemOp_v2) X(cuStreamIsCapturing) X(cuStreamBeginCapture_v2) X(cuPointerGetAttributes)   \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)                 \
   X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync) X(cuGetErrorString) X(cuGetErrorName)                    \
   X(cuStreamGetCaptureInfo_v3) X(cuStreamGetCtx) X(cuCtxGetId) X(cuEventRecordWithFlags)
 
+/* Wrapped by hand below (CUSHIM_DOT), counted like the rest. */
+#define CUSHIM_HOOKED(X) X(cuStreamEndCapture) X(cuStreamCreate)
+
 enum {
 #define X(name) S_##name,
-  CUSHIM_SYMBOLS(X)
+  CUSHIM_SYMBOLS(X) CUSHIM_HOOKED(X)
 #undef X
       NSYM
 };
 static const char* const names[NSYM] = {
 #define X(name) #name,
-    CUSHIM_SYMBOLS(X)
+    CUSHIM_SYMBOLS(X) CUSHIM_HOOKED(X)
 #undef X
 };
 
@@ -250,6 +256,48 @@ static inline int forward(int s, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5,
   }
 CUSHIM_SYMBOLS(X)
 #undef X
+
+/* CUSHIM_DOT=DIR: every graph a capture ends with is written to DIR/graph-N.dot
+ * by the driver's cuGraphDebugDotPrint (verbose: every node's parameters), N
+ * counting from 0 in the process, so two libraries' captures of the same calls
+ * can be compared node by node. */
+int cuStreamEndCapture(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 a6, u64 a7, u64 a8, u64 a9);
+int cuStreamEndCapture(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 a6, u64 a7, u64 a8, u64 a9) {
+  int r = forward(S_cuStreamEndCapture, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+  const char* dir = getenv("CUSHIM_DOT");
+  if (r != 0 || !dir || !*dir || !realLoaded) return r;
+  static int n;
+  static int (*dot)(u64, const char*, unsigned);
+  if (!dot) {
+    void* h = dlopen(realPath, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    void* p = h ? dlsym(h, "cuGraphDebugDotPrint") : NULL;
+    memcpy(&dot, &p, sizeof p);
+  }
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/graph-%d.dot", dir, __atomic_fetch_add(&n, 1, __ATOMIC_RELAXED));
+  u64 graph;
+  memcpy(&graph, (const void*)(uintptr_t)a1, sizeof graph);
+  int d = dot ? dot(graph, path, 1u /* CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE */) : -1;
+  if (d != 0) fprintf(stderr, "CUSHIM cuGraphDebugDotPrint %s: %d\n", path, d);
+  return r;
+}
+
+/* CUSHIM_STREAMS=N: the process's first cuStreamCreate first makes N more
+ * streams (same flags) that stay idle: does the number of streams the
+ * process made before its own change what its graphs cost? */
+int cuStreamCreate(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 a6, u64 a7, u64 a8, u64 a9);
+int cuStreamCreate(u64 a0, u64 a1, u64 a2, u64 a3, u64 a4, u64 a5, u64 a6, u64 a7, u64 a8, u64 a9) {
+  static int done;
+  const char* env = getenv("CUSHIM_STREAMS");
+  if (env && !__atomic_exchange_n(&done, 1, __ATOMIC_RELAXED)) {
+    for (int i = 0, n = atoi(env); i < n; i++) {
+      u64 extra;
+      forward(S_cuStreamCreate, (u64)(uintptr_t)&extra, a1, 0, 0, 0, 0, 0, 0, 0, 0);
+    }
+    fprintf(stderr, "CUSHIM %s idle streams made first\n", env);
+  }
+  return forward(S_cuStreamCreate, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+}
 
 /* ---- control ------------------------------------------------------------------- */
 int cushim_account(int a);

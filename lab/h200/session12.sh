@@ -23,6 +23,11 @@
 #   floors2  the floor table, new only (session11.sh's floors stage without old), ROUNDS
 #   x8e   the harness or the library? the old cecoll-perf (warm-up replays before timing)
 #         against the new library, the lanes library and the old one; the new cecoll-perf
+#   dot   the captured graphs of a 4-rank 8 B AllGather (2 calls a graph), new, lanes and old,
+#         as DOT files (lab/h200/cushim.c with CUSHIM_DOT, built into build/cushim), to compare
+#         node by node what the replays run
+#   qmap  does the number of streams made before the process's own matter? the old cecoll-perf
+#         against the old and the new library under cushim's CUSHIM_STREAMS=0/4/8, 2 rounds
 # build/xvar: lab/h200/xvar.patch (the CECOLL_X* knobs, and XWARM in cecoll-perf) applied to a
 # scratch checkout of 2291cf9: its libcecoll.so.0.1.0 and cecoll-perf go to build/xvar/; build/lanes
 # is abe79e7's library. None of it is product code.
@@ -134,6 +139,35 @@ for stage in "$@"; do
       oldperf "$R/x8e-oldperf-new-r$round.txt" "$PWD/build"
       oldperf "$R/x8e-oldperf-lanes-r$round.txt" "$PWD/build/lanes"
       perf new "$R/x8e-new-r$round.txt" $(g8args 4)
+    done
+    ;;
+  dot)
+    # The driver that matches the kernel module, not CUDA's compat copy (error 803).
+    real=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF }' | grep -v compat | head -1)
+    [ -n "$real" ] || real=$(find / -xdev -name 'libcuda.so.1' -not -path '*compat*' -not -path "$PWD/*" 2>/dev/null | head -1)
+    echo "dot: the real driver: ${real:-none found}"
+    export CUSHIM_REAL=$real
+    for b in new lanes old; do
+      lib=$PWD/build; [ $b != new ] && lib=$PWD/build/$b
+      mkdir -p "$R/dot-$b"
+      CUSHIM_DOT=$R/dot-$b LD_LIBRARY_PATH=$PWD/build/cushim:$lib:$PWD/build timeout 60 build/old/cecoll-perf \
+        -N 4 -b 8 -e 8 -n 1 -w 1 -c 0 -G -K 2 -o allgather > "$R/dot-$b.txt" 2>&1
+      echo "dot $b: rc=$? $(ls "$R/dot-$b" | wc -l) graphs"
+    done
+    ;;
+  qmap)
+    real=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF }' | grep -v compat | head -1)
+    [ -n "$real" ] || real=$(find / -xdev -name 'libcuda.so.1' -not -path '*compat*' -not -path "$PWD/*" 2>/dev/null | head -1)
+    export CUSHIM_REAL=$real
+    for round in 1 2; do
+      for b in old new; do
+        lib=$PWD/build; [ $b != new ] && lib=$PWD/build/$b
+        for k in 0 4 8; do
+          CUSHIM_STREAMS=$k LD_LIBRARY_PATH=$PWD/build/cushim:$lib:$PWD/build timeout 60 build/old/cecoll-perf \
+            -N 4 -b 8 -e 8 -n 50 -w 5 -c 1 -G -K 20 -o all > "$R/qmap-$b-s$k-r$round.txt" 2>&1
+          echo "qmap $b s$k r$round: rc=$?"
+        done
+      done
     done
     ;;
   ovh)
