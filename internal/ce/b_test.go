@@ -629,15 +629,14 @@ func TestB19_OrderedAcrossStreams(t *testing.T) {
 	})
 }
 
-// TestB19_EventArrival: with events, a call's first signal comes from the
-// caller's stream only where that stream has waited for every earlier call
-// of the communicator (Engine.covers); from another stream, a rank whose
-// earlier call still runs would let its peers push into a buffer that call
-// still reads. A Gather (every rank copies its own block into the root's
-// recv), eager or a graph's replay, with rank 1 held back on its stream,
-// then an eager AllGather on a second stream (where an earlier call ran)
-// whose recv's last block is each rank's Gather send: the root must still
-// get rank 1's own block.
+// TestB19_EventArrival: grouped event calls of one communicator run in
+// issue order whatever their streams: each runs on the engine's stream and
+// signals its arrival from there, after the calls before it. A Gather
+// (every rank copies its own block into the root's recv), eager or a
+// graph's replay, with rank 1 held back on its stream, then an eager
+// AllGather on a second stream whose recv's last block is each rank's
+// Gather send: the root must still get rank 1's own block (a rank that
+// signalled from the second stream would let its peers overwrite it).
 func TestB19_EventArrival(t *testing.T) {
 	const n, chunk = 3, 512
 	for _, graph := range []bool{false, true} {
@@ -669,7 +668,7 @@ func eventArrival(r *rankEnv, n int, chunk uintptr, graph bool) error {
 		PeerSend: r.exchange(agSend), PeerRecv: r.exchange(buf), PeerEvents: g.PeerEvents}
 	var x hip.GraphExec
 	if graph {
-		if err := r.launchSteps(&ag); err != nil { // s2 now covers es
+		if err := r.launchSteps(&ag); err != nil { // an eager call on s2 before the replay
 			return err
 		}
 		if x, err = r.captureGraph(&g); err != nil {
