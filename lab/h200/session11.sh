@@ -20,13 +20,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 source lab/h200/lib.sh
-mkdir -p "$O/s11"
-exec > >(tee "$O/s11.log") 2>&1
-R=$O/s11
-echo "# session11 $(date -u +%FT%TZ) $(nvidia-smi -L 2>/dev/null | head -1)"
-g8args() { # n: the new cecoll-perf's 8 B graph run at n ranks
-  echo all -g "$1" -b $((8 * $1)) -e $((8 * $1)) -d uint8 -R 2 -n 20 -G 50 -w 5 -c 1
-}
+begin s11
 for stage in "$@"; do
   echo "== $stage ($(left) s left)"
   case $stage in
@@ -133,5 +127,4 @@ for stage in "$@"; do
   *) echo "unknown stage $stage" ;;
   esac
 done
-echo "== done after $(($(date +%s) - T0)) s"
-tar -czf "$O/s11.tar.gz" -C "$O" s11 && rm -rf "$O/s11"
+finish s11

@@ -35,11 +35,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 source lab/h200/lib.sh
-mkdir -p "$O/s12"
-exec > >(tee "$O/s12.log") 2>&1
-R=$O/s12
-echo "# session12 $(date -u +%FT%TZ) $(nvidia-smi -L 2>/dev/null | head -1)"
-g8args() { echo all -g "$1" -b $((8 * $1)) -e $((8 * $1)) -d uint8 -R 2 -n 20 -G 50 -w 5 -c 1; }
+begin s12
 for stage in "$@"; do
   echo "== $stage ($(left) s left)"
   case $stage in
@@ -142,11 +138,7 @@ for stage in "$@"; do
     done
     ;;
   dot)
-    # The driver that matches the kernel module, not CUDA's compat copy (error 803).
-    real=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF }' | grep -v compat | head -1)
-    [ -n "$real" ] || real=$(find / -xdev -name 'libcuda.so.1' -not -path '*compat*' -not -path "$PWD/*" 2>/dev/null | head -1)
-    echo "dot: the real driver: ${real:-none found}"
-    export CUSHIM_REAL=$real
+    cushim_real
     for b in new lanes old; do
       lib=$PWD/build; [ $b != new ] && lib=$PWD/build/$b
       mkdir -p "$R/dot-$b"
@@ -156,9 +148,7 @@ for stage in "$@"; do
     done
     ;;
   qmap)
-    real=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF }' | grep -v compat | head -1)
-    [ -n "$real" ] || real=$(find / -xdev -name 'libcuda.so.1' -not -path '*compat*' -not -path "$PWD/*" 2>/dev/null | head -1)
-    export CUSHIM_REAL=$real
+    cushim_real
     for round in 1 2; do
       for b in old new; do
         lib=$PWD/build; [ $b != new ] && lib=$PWD/build/$b
@@ -181,5 +171,4 @@ for stage in "$@"; do
   *) echo "unknown stage $stage" ;;
   esac
 done
-echo "== done after $(($(date +%s) - T0)) s"
-tar -czf "$O/s12.tar.gz" -C "$O" s12 && rm -rf "$O/s12"
+finish s12
