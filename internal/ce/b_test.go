@@ -409,19 +409,35 @@ func TestB13_InPlaceAlltoAll(t *testing.T) {
 }
 
 // TestB14_LegacyNullStream: collectives on the legacy NULL stream work,
-// and no batched copy is ever issued there (it refuses them): the engine
-// copies on its own streams.
+// and no batched copy is ever issued there (it refuses them): ungrouped,
+// the engine copies on its own streams; grouped with every rank on one
+// device, the calls sync by events and run on the caller's stream, here
+// the NULL stream all ranks share, with one copy each.
 func TestB14_LegacyNullStream(t *testing.T) {
+	onNullStream(t, worldOpts{}, bufPlain, bufWindow)
+}
+
+func TestB14_LegacyNullStreamGrouped(t *testing.T) {
+	onNullStream(t, worldOpts{devices: 1}, bufGroup)
+}
+
+func onNullStream(t *testing.T, o worldOpts, modes ...bufMode) {
 	recs := make([]*recRT, 3)
-	w := newWorld(t, 3, worldOpts{wrap: func(rank int, rt hip.Runtime) hip.Runtime {
+	o.wrap = func(rank int, rt hip.Runtime) hip.Runtime {
 		recs[rank] = &recRT{Runtime: rt}
 		return recs[rank]
-	}})
+	}
+	w := newWorld(t, 3, o)
 	w.run(testCfg(), 60*time.Second, false, func(r *rankEnv) error {
-		for _, c := range allCases(3, []uintptr{300}, []bufMode{bufPlain, bufWindow}) {
+		for _, c := range allCases(3, []uintptr{300}, modes) {
 			p := r.prepare(c)
 			p.args.Stream = hip.StreamNull
-			if err := r.e.Launch(&p.args); err != nil {
+			launch := r.e.Launch
+			if c.mode == bufGroup {
+				r.withEvents(&p.args)
+				launch = r.launchSteps
+			}
+			if err := launch(&p.args); err != nil {
 				return err
 			}
 			if err := r.rt.StreamSynchronize(hip.StreamNull); err != nil {
@@ -435,7 +451,9 @@ func TestB14_LegacyNullStream(t *testing.T) {
 		return nil
 	})
 	for _, r := range recs {
-		require.Positive(t, len(r.batchOn))
+		if modes[0] != bufGroup {
+			require.Positive(t, len(r.batchOn))
+		}
 		for _, s := range r.batchOn {
 			require.False(t, s.IsLegacyNull(), "a batched copy on the legacy NULL stream")
 		}

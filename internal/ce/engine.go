@@ -44,15 +44,21 @@ type Engine struct {
 	stageWin  Window
 	stageSize uintptr
 
-	// The engine's streams: es runs every call, joined to the caller's
-	// stream by events (run.go); side, where no other rank of the process
-	// shares the device, a large own-block copy beside the pushes. capOpen:
-	// a captured call forked es into a capture that may still be open.
+	// The engine's streams: es runs every call that syncs by flags, joined
+	// to the caller's stream by events (run.go); side, where no other rank
+	// of the process shares the device, a large own-block copy beside the
+	// pushes. capOpen: a captured call forked es into a capture that may
+	// still be open. tailS is the stream holding the communicator's latest
+	// eager call or graph launch, ended by tailEv (evOut or tail): the next
+	// one waits for it (B19: afterTail).
 	es, side       hip.Stream
 	capOpen        bool
-	evIn, evOut    hip.Event // join in and out; evOut also marks progress
+	evIn, evOut    hip.Event // eager join in and out; evOut also marks progress
+	capOut         hip.Event // a captured call's join out
 	fork, joinSide hip.Event
-	tail           hip.Event // OrderBefore/OrderAfter (graph launches)
+	tail           hip.Event // OrderAfter: the end of a graph launch
+	tailS          hip.Stream
+	tailEv         hip.Event
 
 	// The call being run (Prepare, Step), and the per-step scratch it
 	// fills, sized at Init (B16: the launch path allocates nothing).
@@ -120,7 +126,7 @@ func (e *Engine) setup() error {
 			return initErr("stream create", err)
 		}
 	}
-	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.fork, &e.joinSide, &e.tail} {
+	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.capOut, &e.fork, &e.joinSide, &e.tail} {
 		if *ev, err = rt.EventCreate(hip.EventDisableTiming); err != nil {
 			return initErr("event create", err)
 		}
@@ -190,7 +196,7 @@ func (e *Engine) release() error {
 			*s = 0
 		}
 	}
-	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.fork, &e.joinSide, &e.tail} {
+	for _, ev := range []*hip.Event{&e.evIn, &e.evOut, &e.capOut, &e.fork, &e.joinSide, &e.tail} {
 		if *ev != 0 {
 			keep(rt.EventDestroy(*ev))
 			*ev = 0
@@ -231,7 +237,9 @@ func (e *Engine) Close() <-chan struct{} {
 			}
 			return
 		}
-		drained := e.drain(e.es, e.side)
+		// An event call runs on its caller's stream and may copy through
+		// the staging window: its end (evOut) too.
+		drained := e.drain(e.es, e.side) && e.poll(time.Now(), func() error { return e.rt.EventQuery(e.evOut) })
 		e.sig.stopRelease()
 		// The release loop's last writes land before its words are freed:
 		// a later communicator may be given that memory.
@@ -265,24 +273,29 @@ func (e *Engine) limit() time.Duration {
 // not running).
 func (e *Engine) drain(streams ...hip.Stream) bool {
 	start := time.Now()
-	pause := 20 * time.Microsecond
 	for _, s := range streams {
-		if s == 0 {
-			continue
-		}
-		for {
-			err := e.rt.StreamQuery(s)
-			if err == nil || !errors.Is(err, hip.ErrNotReady) {
-				break
-			}
-			if time.Since(start) > e.limit() {
-				return false
-			}
-			time.Sleep(pause)
-			pause = min(2*pause, time.Millisecond)
+		if s != 0 && !e.poll(start, func() error { return e.rt.StreamQuery(s) }) {
+			return false
 		}
 	}
 	return true
+}
+
+// poll calls query until it says anything but not-ready, or limit() has
+// passed since start (false).
+func (e *Engine) poll(start time.Time, query func() error) bool {
+	pause := 20 * time.Microsecond
+	for {
+		err := query()
+		if err == nil || !errors.Is(err, hip.ErrNotReady) {
+			return true
+		}
+		if time.Since(start) > e.limit() {
+			return false
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+	}
 }
 
 // Abort releases every flag wait this rank's streams have queued or will
@@ -330,11 +343,11 @@ func (e *Engine) usable(f Func) error {
 	return nil
 }
 
-// OrderBefore makes s wait for every eager collective of the communicator
-// so far; OrderAfter makes the next eager collective wait for what was
+// OrderBefore makes s wait for every eager collective and graph launch of
+// the communicator so far; OrderAfter makes the next one wait for what was
 // just enqueued on s. A graph launch that holds collectives of this
 // communicator is put between the two, so it never overlaps an eager call
-// (B19; eager calls are ordered among themselves by running on one stream).
+// or another launch (B19; eager calls wait likewise: joinIn).
 func (e *Engine) OrderBefore(s hip.Stream) error { return e.order(s, true) }
 
 // OrderAfter: see OrderBefore.
@@ -349,14 +362,25 @@ func (e *Engine) order(s hip.Stream, before bool) error {
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return err
 	}
-	from, to := s, e.es
 	if before {
-		from, to = e.es, s
+		return e.afterTail(s)
 	}
-	if err := e.rt.EventRecord(e.tail, from); err != nil {
+	if err := e.rt.EventRecord(e.tail, s); err != nil {
 		return err
 	}
-	return e.rt.StreamWaitEvent(to, e.tail)
+	e.tailS, e.tailEv = s, e.tail
+	return nil
+}
+
+// afterTail makes s wait for the communicator's latest work, except where
+// both are on es, whose order is its own. A caller's stream always waits
+// (an event recorded on it is passed already): the same handle may name a
+// new stream after the user destroyed the old one.
+func (e *Engine) afterTail(s hip.Stream) error {
+	if e.tailS == 0 || e.tailS == s && s == e.es {
+		return nil
+	}
+	return e.rt.StreamWaitEvent(s, e.tailEv)
 }
 
 // Implemented reports whether fn can run on copy engines with rt: the four

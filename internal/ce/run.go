@@ -6,21 +6,25 @@ import (
 	"cecoll/internal/result"
 )
 
-// Running a plan. An eager call is joined to the caller's stream: an event
-// recorded there is waited on by the engine's stream es, every step runs
-// there, and the caller's stream waits for an event recorded at the end.
-// So no flag wait ever parks the caller's stream, a stream shared by
-// several ranks in a group, or the legacy NULL stream; every eager
-// collective of the communicator runs on es, one after another (B19); and
-// the engine knows its streams. (The caller's stream still waits on the
-// end event, and an event wait holds a hardware queue as a flag wait does:
-// docs/measurements.md, "Do event waits hold hardware queues?";
-// internal/comm counts two per rank.) A captured call forks es into the
-// capture the same way (ranks sharing a stream need the branches); es then
-// stays in the capture until it ends, so an eager call meanwhile is
-// refused (capOpen) rather than captured. A replay runs on the graph's own
-// streams; graph launches are ordered with the eager calls by OrderBefore
-// and OrderAfter.
+// Running a plan. An eager call that syncs by flags is joined to the
+// caller's stream: an event recorded there is waited on by the engine's
+// stream es, every step runs there, and the caller's stream waits for an
+// event recorded at the end. So no flag wait ever parks the caller's
+// stream, a stream shared by several ranks in a group, or the legacy NULL
+// stream, and the engine knows its streams. (The caller's stream still
+// waits on the end event, and an event wait holds a hardware queue as a
+// flag wait does: docs/measurements.md, "Do event waits hold hardware
+// queues?"; internal/comm counts two per rank.) A call that syncs by
+// events runs on the caller's stream itself: its waits are on events
+// recorded before them, and the joins would only add two hops between one
+// call's copies and the next's (docs/measurements.md, "Event calls on the
+// caller's stream"). Every eager call first waits for the communicator's
+// latest work (B19: afterTail). A captured
+// call forks es into the capture (ranks sharing a stream need the
+// branches); es then stays in the capture until it ends, so an eager call
+// meanwhile is refused (capOpen) rather than captured. A replay runs on
+// the graph's own streams, ordered with the rest by OrderBefore and
+// OrderAfter.
 //
 // A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
 // plan step i (Step(0) joins in first), Step(2i+1) its second, and
@@ -125,7 +129,7 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 		return Prepared{}, err
 	}
 	if e.chooseEvents(&c.plan, c.capturing) {
-		c.events = a.PeerEvents
+		c.events, c.ws = a.PeerEvents, a.Stream
 	}
 	c.total, c.next = 2*c.steps+1, 0
 	e.logCall()
@@ -193,19 +197,27 @@ func (e *Engine) runStep(k int) error {
 	return e.copySeg(c.ws, segStage1, segStage3)
 }
 
-// joinIn makes the work stream wait for the caller's stream; joinOut makes
-// the caller's stream wait for the work stream (and the side stream for
-// the work stream). Each records its event right before its wait, on the
-// same thread.
+// joinIn makes the work stream wait for the caller's stream, and an eager
+// call for the communicator's latest work; joinOut makes the caller's
+// stream wait for the work stream (and the side stream for the work
+// stream), and marks the end of an eager call. Each records its event
+// right before its wait, on the same thread.
 func (e *Engine) joinIn() error {
 	c := &e.cur
+	if !c.capturing {
+		e.issued.Add(1) // progress: Pending watches this call from now on
+		if err := e.afterTail(c.ws); err != nil {
+			return err
+		}
+	}
+	if c.ws == c.s {
+		return nil
+	}
 	if err := e.rt.EventRecord(e.evIn, c.s); err != nil {
 		return err
 	}
 	if c.capturing {
 		e.capOpen = true
-	} else {
-		e.issued.Add(1) // progress: Pending watches this call from now on
 	}
 	return e.rt.StreamWaitEvent(c.ws, e.evIn)
 }
@@ -241,10 +253,20 @@ func (e *Engine) joinOut() error {
 			return err
 		}
 	}
-	if err := e.rt.EventRecord(e.evOut, c.ws); err != nil {
+	out := e.evOut
+	if c.capturing {
+		out = e.capOut // a captured record: never one for eager calls to wait on
+	}
+	if err := e.rt.EventRecord(out, c.ws); err != nil {
 		return err
 	}
-	return e.rt.StreamWaitEvent(c.s, e.evOut)
+	if !c.capturing {
+		e.tailS, e.tailEv = c.ws, e.evOut
+	}
+	if c.ws == c.s {
+		return nil
+	}
+	return e.rt.StreamWaitEvent(c.s, out)
 }
 
 // sideCopyMin is the smallest own-block copy that goes to the side stream:
@@ -297,15 +319,15 @@ func (e *Engine) copySeg(s hip.Stream, from, to int) error {
 // where the driver refuses it) one copy each. A single copy goes alone: a
 // batch of one orders nothing, and a batch call costs about twice a plain
 // copy's host time. 2D copies always go alone. Never a batch on the legacy
-// NULL stream, which refuses them (B14): eager calls copy on the engine's
-// streams, and the legacy stream cannot be captured.
+// NULL stream, which refuses them (B14): an event call runs there when its
+// caller's stream is that one.
 func (e *Engine) copies(s hip.Stream, lo, hi int, capturing bool) error {
 	if lo >= hi {
 		return nil
 	}
 	cp := &e.cp
 	cp.dsts, cp.srcs, cp.sizes = cp.dsts[:0], cp.srcs[:0], cp.sizes[:0]
-	batch := hi-lo > 1 && !capturing && e.caps.BatchCopy
+	batch := hi-lo > 1 && !capturing && e.caps.BatchCopy && !s.IsLegacyNull()
 	for i := lo; i < hi; i++ {
 		op := &cp.ops[i]
 		switch {
