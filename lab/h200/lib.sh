@@ -25,7 +25,8 @@ perf() {
   [ "$b" != new ] && lp=$PWD/build/$b:$PWD/build
   [ "$b" = old ] && exe=build/old/cecoll-perf
   LD_LIBRARY_PATH=$lp timeout "${PERF_TIMEOUT:-60}" $exe "$@" > "$f" 2>&1
-  echo "$(basename "$f"): rc=$?"
+  local rc=$? # before the basename below, whose status $? would be
+  echo "$(basename "$f"): rc=$rc"
 }
 # begin NAME: results go to $O/NAME (R), the log to $O/NAME.log; finish NAME tars them.
 begin() {
