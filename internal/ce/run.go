@@ -19,12 +19,11 @@ import (
 // recorded before them, and the joins would only add two hops between one
 // call's copies and the next's (docs/measurements.md, "Event calls on the
 // caller's stream"). Every eager call first waits for the communicator's
-// latest work (B19: afterTail). A captured
-// call forks es into the capture (ranks sharing a stream need the
-// branches); es then stays in the capture until it ends, so an eager call
-// meanwhile is refused (capOpen) rather than captured. A replay runs on
-// the graph's own streams, ordered with the rest by OrderBefore and
-// OrderAfter.
+// latest work (B19: afterTail). A captured call forks es into the capture
+// (ranks sharing a stream need the branches); es then stays in the
+// capture until it ends, so an eager call meanwhile is refused (capOpen)
+// rather than captured. A replay runs on the graph's own streams, ordered
+// with the rest by OrderBefore and OrderAfter.
 //
 // A call runs as 2*steps+1 calls of Step: Step(2i) the first phase of
 // plan step i (Step(0) joins in first), Step(2i+1) its second, and
