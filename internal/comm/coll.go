@@ -230,12 +230,19 @@ func (c *Comm) order(s hip.Stream, before bool) error {
 	if c.eng == nil {
 		return nil
 	}
-	return c.onDevice(func() error {
+	err := c.onDevice(func() error {
 		if before {
 			return c.eng.OrderBefore(s)
 		}
 		return c.eng.OrderAfter(s)
 	})
+	if err != nil {
+		if ferr := c.failedAsync("cecollGraphLaunch"); ferr != nil {
+			return ferr // the failure aborted the engine as this call reached it: name the cause
+		}
+		return err
+	}
+	return nil
 }
 
 // prepareLocked hands a to the engine, which plans it without enqueueing
@@ -247,9 +254,8 @@ func (c *Comm) prepareLocked(a *ce.Args) (ce.Prepared, error) {
 	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
 	pr, err := c.eng.Prepare(a)
 	if err != nil {
-		if p := c.asyncErr.Load(); p != nil {
-			// The engine was aborted by that failure: name its cause.
-			return pr, result.Errorf(result.Of(*p), "%s: the communicator failed: %w", a.Func, *p)
+		if ferr := c.failedAsync(a.Func.String()); ferr != nil {
+			return pr, ferr // the engine was aborted by that failure: name its cause
 		}
 		return pr, result.Errorf(result.Of(err), "%s: %w", a.Func, err)
 	}

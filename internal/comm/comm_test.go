@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -559,5 +560,40 @@ func TestGroupOneDevice(t *testing.T) {
 				require.NoError(t, rt.StreamSynchronize(streams[r]))
 			}
 		})
+	}
+}
+
+// racedEngine fails its communicator from inside OrderBefore, as a peer's
+// failure landing while a graph launch reaches the engine does, and then
+// refuses as the aborted engine does.
+type racedEngine struct {
+	nopEngine
+	fail func()
+}
+
+func (e racedEngine) OrderBefore(hip.Stream) error {
+	e.fail()
+	return errors.New("ce AllGather: communicator aborted")
+}
+
+// TestGraphLaunchNamesTheFailure: a graph launch the engine refuses because
+// the communicator failed meanwhile reports that failure, not the abort it
+// caused (a CI run once saw "communicator aborted" in place of the
+// CECOLL_CHECK mismatch that aborted it).
+func TestGraphLaunchNamesTheFailure(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	var comms []*Comm
+	cause := errors.New("CECOLL_CHECK: collective #1 breaks NCCL's symmetric-registration contract")
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) {
+		return racedEngine{fail: func() { comms[0].fail(cause) }}, nil
+	}
+	defer func() { newEngine = old }()
+	comms, err := InitAll(newRT(t, 1), 2, []int{0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	err = comms[0].OrderBefore(0)
+	require.ErrorContains(t, err, "cecollGraphLaunch: the communicator failed: CECOLL_CHECK")
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
 	}
 }
