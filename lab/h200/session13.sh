@@ -25,6 +25,19 @@ set -u
 cd "$(dirname "$0")/../.."
 source lab/h200/lib.sh
 begin s13
+# big256 COLL N: cecoll-perf's arguments for COLL at 256 MiB per rank, N ranks, eager.
+big256() { echo "$1" -g "$2" -b $((256 * $2))M -e $((256 * $2))M -d uint8 -R 2 -n 10 -w 2 -c 0; }
+# big_rounds TAG BUILD...: 256 MiB AllGather at N=2 and 4, the builds alternating, ROUNDS rounds.
+big_rounds() {
+  local tag=$1 round b n; shift
+  for round in $(seq 1 "${ROUNDS:-3}"); do
+    for b in "$@"; do
+      for n in 2 4; do
+        perf "$b" "$R/$tag-$b-n$n-r$round.txt" $(big256 allgather $n)
+      done
+    done
+  done
+}
 for stage in "$@"; do
   echo "== $stage ($(left) s left)"
   case $stage in
@@ -59,15 +72,7 @@ for stage in "$@"; do
       done
     done
     ;;
-  ag)
-    for round in $(seq 1 "${ROUNDS:-3}"); do
-      for b in head e03; do
-        for n in 2 4; do
-          perf $b "$R/ag-$b-n$n-r$round.txt" allgather -g $n -b $((256 * n))M -e $((256 * n))M -d uint8 -R 2 -n 10 -w 2 -c 0
-        done
-      done
-    done
-    ;;
+  ag) big_rounds ag head e03 ;;
   matrix)
     mrun() { # NAME IDS SECONDS MATRIX-ARGS...: one batched matrix run, its FAIL and HANG lines
       local name=$1 ids=$2 t=$3; shift 3
@@ -79,15 +84,9 @@ for stage in "$@"; do
     mrun inproc8 "$(build/ctests/matrix --list all -r 8 2>/dev/null | awk '$2 ~ /\.(group|threads)\./ {print $1}' | paste -sd,)" 120 -r 8 -j 4 -b 64 -t 30
     ;;
   ag2)
-    for round in $(seq 1 "${ROUNDS:-3}"); do
-      for b in new head; do
-        for n in 2 4; do
-          perf $b "$R/ag2-$b-n$n-r$round.txt" allgather -g $n -b $((256 * n))M -e $((256 * n))M -d uint8 -R 2 -n 10 -w 2 -c 0
-        done
-      done
-    done
+    big_rounds ag2 new head
     for n in 2 4 8; do
-      perf new "$R/all-new-n$n.txt" all -g $n -b $((256 * n))M -e $((256 * n))M -d uint8 -R 2 -n 10 -w 2 -c 0
+      perf new "$R/all-new-n$n.txt" $(big256 all $n)
     done
     ;;
   g8b)
