@@ -1,6 +1,7 @@
 # lab/h200/lib.sh: what the session scripts from session11.sh on share (sourced from the
 # repository root): library links, the budget, MPS on/off, one cecoll-perf run per build, the
-# results folder and log (begin, finish), the 8 B graph arguments and the real driver for cushim.
+# results folder and log (begin, finish), the 8 B graph arguments, the real driver for cushim, a
+# batched matrix run (mrun) and the thread-per-rank C tests (ctests_threads).
 # Every script writes under $O (default /tmp/out) and the caller tars what returns.
 O=${OUT:-/tmp/out}
 export CECOLL_BACKEND=${CECOLL_BACKEND:-nvidia} NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=$PWD/build:${LD_LIBRARY_PATH:-}
@@ -49,4 +50,34 @@ cushim_real() {
   [ -n "$real" ] || real=$(find / -xdev -name 'libcuda.so.1' -not -path '*compat*' -not -path "$PWD/*" 2>/dev/null | head -1)
   echo "the real driver: ${real:-none found}"
   export CUSHIM_REAL=$real
+}
+# mrun NAME IDS SECONDS MATRIX-ARGS...: one batched run of build/ctests/matrix over the cells IDS
+# (comma-separated), at most SECONDS; prints its FAIL and HANG lines and its summary.
+mrun() {
+  local name=$1 ids=$2 t=$3; shift 3
+  timeout -k 5 "$t" build/ctests/matrix --run "$ids" "$@" -o "$R/logs-$name" > "$R/matrix-$name.txt" 2>&1
+  echo "$name: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-$name.txt")"
+  grep -E '^(FAIL|HANG)' "$R/matrix-$name.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-$name.txt"
+}
+# cells REGEX [MATRIX-ARGS...]: the matrix's cell ids whose name matches REGEX, comma-separated.
+cells() {
+  local re=$1; shift
+  build/ctests/matrix --list all "$@" 2>/dev/null | awk -v re="$re" '$2 ~ re {print $1}' | paste -sd,
+}
+# ctests_threads DIR: DIR/test_{allgather,alltoall,scatter,gather} with a thread per rank at 4 and
+# 8 ranks, RUNS (12) runs each, 4 at a time, within the budget; one CTEST line a run in
+# $R/ctests.txt, and a total.
+ctests_threads() {
+  CT_DIR=$1
+  export CT_DIR
+  run_c() {
+    set -- $1
+    local s=$(date +%s) rc
+    timeout 90 "$CT_DIR/test_$1" -r "$2" -m threads -q > "/tmp/ct_$1_$2_$3.log" 2>&1; rc=$?
+    echo "CTEST $1 n=$2 run=$3 rc=$rc $(( $(date +%s)-s ))s"
+  }
+  export -f run_c
+  for t in allgather alltoall scatter gather; do for n in 4 8; do for k in $(seq 1 "${RUNS:-12}"); do echo "$t $n $k"; done; done; done |
+    timeout $(($(left) - 30)) xargs -P 4 -I{} bash -c 'run_c "{}"' | sort > "$R/ctests.txt"
+  echo "CTESTS total=$(wc -l < "$R/ctests.txt") rc0=$(grep -c 'rc=0 ' "$R/ctests.txt")"; grep -v 'rc=0 ' "$R/ctests.txt" | head
 }

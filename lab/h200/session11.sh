@@ -89,35 +89,19 @@ for stage in "$@"; do
     ;;
   inprocb) # the in-process cells, batched
     t=$(($(left) - 15)); [ "$t" -gt "${INPROCB:-200}" ] && t=${INPROCB:-200}
-    timeout -k 5 "$t" build/ctests/matrix --run "$(cat build/lists/inproc10.txt)" -j 4 -b 64 -t 60 -o "$R/logs-inprocb" > "$R/matrix-inprocb.txt" 2>&1
-    echo "inprocb: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-inprocb.txt")"
-    grep -E '^(FAIL|HANG)' "$R/matrix-inprocb.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-inprocb.txt"
+    mrun inprocb "$(cat build/lists/inproc10.txt)" "$t" -j 4 -b 64 -t 60
     ;;
   procb) # the process cells, batched, under MPS (cecoll sets 8 queues a client; -j 2)
     mps_on
     t=$(($(left) - 20)); [ "$t" -gt "${PROCB:-200}" ] && t=${PROCB:-200}
-    timeout -k 5 "$t" build/ctests/matrix --run "$(cat build/lists/proc10.txt)" -j 2 -b 64 -t 60 -o "$R/logs-procb" > "$R/matrix-procb.txt" 2>&1
-    echo "procb: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-procb.txt")"
-    grep -E '^(FAIL|HANG)' "$R/matrix-procb.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-procb.txt"
+    mrun procb "$(cat build/lists/proc10.txt)" "$t" -j 2 -b 64 -t 60
     mps_off
     ;;
   inproc8) # the in-process cells at 8 ranks, batched
-    build/ctests/matrix --list all -r 8 2>/dev/null | awk '$2 ~ /\.(group|threads)\./ {print $1}' | paste -sd, > /tmp/inproc8.txt
-    timeout -k 5 $(($(left) - 15)) build/ctests/matrix --run "$(cat /tmp/inproc8.txt)" -r 8 -j 4 -b 64 -t 30 -o "$R/logs-inproc8" > "$R/matrix-inproc8.txt" 2>&1
-    echo "inproc8: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-inproc8.txt")"
-    grep -E '^(FAIL|HANG)' "$R/matrix-inproc8.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-inproc8.txt"
+    mrun inproc8 "$(cells '\.(group|threads)\.' -r 8)" $(($(left) - 15)) -r 8 -j 4 -b 64 -t 30
     ;;
   threads) # the C tests with a thread per rank, 4 and 8 ranks, ${RUNS:-12} runs each, 4 at a time
-    run_c() {
-      set -- $1
-      local s=$(date +%s) rc
-      timeout 90 build/gpu/test_$1 -r $2 -m threads -q > /tmp/ct_$1_$2_$3.log 2>&1; rc=$?
-      echo "CTEST $1 n=$2 run=$3 rc=$rc $(( $(date +%s)-s ))s"
-    }
-    export -f run_c
-    for t in allgather alltoall scatter gather; do for n in 4 8; do for k in $(seq 1 "${RUNS:-12}"); do echo "$t $n $k"; done; done; done |
-      timeout $(($(left) - 30)) xargs -P 4 -I{} bash -c 'run_c "{}"' | sort > "$R/ctests.txt"
-    echo "CTESTS total=$(wc -l < "$R/ctests.txt") rc0=$(grep -c 'rc=0 ' "$R/ctests.txt")"; grep -v 'rc=0 ' "$R/ctests.txt" | head
+    ctests_threads build/gpu
     ;;
   sweep)
     s=$(date +%s)

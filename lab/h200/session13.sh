@@ -74,14 +74,8 @@ for stage in "$@"; do
     ;;
   ag) big_rounds ag head e03 ;;
   matrix)
-    mrun() { # NAME IDS SECONDS MATRIX-ARGS...: one batched matrix run, its FAIL and HANG lines
-      local name=$1 ids=$2 t=$3; shift 3
-      timeout -k 5 "$t" build/ctests/matrix --run "$ids" "$@" -o "$R/logs-$name" > "$R/matrix-$name.txt" 2>&1
-      echo "$name: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-$name.txt")"
-      grep -E '^(FAIL|HANG)' "$R/matrix-$name.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-$name.txt"
-    }
     mrun inprocb "$(cat build/lists/inproc10.txt)" 200 -j 4 -b 64 -t 60
-    mrun inproc8 "$(build/ctests/matrix --list all -r 8 2>/dev/null | awk '$2 ~ /\.(group|threads)\./ {print $1}' | paste -sd,)" 120 -r 8 -j 4 -b 64 -t 30
+    mrun inproc8 "$(cells '\.(group|threads)\.' -r 8)" 120 -r 8 -j 4 -b 64 -t 30
     ;;
   ag2)
     big_rounds ag2 new head

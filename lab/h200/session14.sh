@@ -73,34 +73,17 @@ for stage in "$@"; do
     python3 lab/h200/perfrows.py "$R"/mid*.txt 2>/dev/null
     ;;
   threads) # the C tests with a thread per rank, 4 and 8 ranks, ${RUNS:-12} runs each, 4 at a time
-    run_c() {
-      set -- $1
-      local s=$(date +%s) rc
-      timeout 90 build/ctests/test_$1 -r $2 -m threads -q > /tmp/ct_$1_$2_$3.log 2>&1; rc=$?
-      echo "CTEST $1 n=$2 run=$3 rc=$rc $(( $(date +%s)-s ))s"
-    }
-    export -f run_c
-    for t in allgather alltoall scatter gather; do for n in 4 8; do for k in $(seq 1 "${RUNS:-12}"); do echo "$t $n $k"; done; done; done |
-      timeout $(($(left) - 30)) xargs -P 4 -I{} bash -c 'run_c "{}"' | sort > "$R/ctests.txt"
-    echo "CTESTS total=$(wc -l < "$R/ctests.txt") rc0=$(grep -c 'rc=0 ' "$R/ctests.txt")"; grep -v 'rc=0 ' "$R/ctests.txt" | head
+    ctests_threads build/ctests
     ;;
   procb) # the process cells (proc, 2proc), batched, under MPS, as far as the budget goes
     mps_on
     t=$(($(left) - 20)); [ "$t" -gt 200 ] && t=200
-    timeout -k 5 "$t" build/ctests/matrix --run "$(build/ctests/matrix --list all 2>/dev/null | awk '$2 ~ /\.(proc|2proc)\./ {print $1}' | paste -sd,)" -j 2 -b 64 -t 60 -o "$R/logs-procb" > "$R/matrix-procb.txt" 2>&1
-    echo "procb: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-procb.txt")"
-    grep -E '^(FAIL|HANG)' "$R/matrix-procb.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-procb.txt"
+    mrun procb "$(cells '\.(proc|2proc)\.')" "$t" -j 2 -b 64 -t 60
     mps_off
     ;;
   matrix)
-    mrun() { # NAME IDS SECONDS MATRIX-ARGS...: one batched matrix run, its FAIL and HANG lines
-      local name=$1 ids=$2 t=$3; shift 3
-      timeout -k 5 "$t" build/ctests/matrix --run "$ids" "$@" -o "$R/logs-$name" > "$R/matrix-$name.txt" 2>&1
-      echo "$name: rc=$? cells reported: $(grep -cE '^(PASS|EXPECTED|FAIL|HANG)' "$R/matrix-$name.txt")"
-      grep -E '^(FAIL|HANG)' "$R/matrix-$name.txt" | cut -c1-240 | head -20; tail -2 "$R/matrix-$name.txt"
-    }
-    mrun inproc "$(build/ctests/matrix --list all 2>/dev/null | awk '$2 ~ /\.(group|threads)\./ {print $1}' | paste -sd,)" 200 -j 4 -b 64 -t 60
-    mrun inproc8 "$(build/ctests/matrix --list all -r 8 2>/dev/null | awk '$2 ~ /\.(group|threads)\./ {print $1}' | paste -sd,)" 120 -r 8 -j 4 -b 64 -t 30
+    mrun inproc "$(cells '\.(group|threads)\.')" 200 -j 4 -b 64 -t 60
+    mrun inproc8 "$(cells '\.(group|threads)\.' -r 8)" 120 -r 8 -j 4 -b 64 -t 30
     ;;
   *) echo "unknown stage $stage" ;;
   esac
