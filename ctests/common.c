@@ -744,18 +744,20 @@ int t_coll_run(t_world* w, const t_coll* c) {
   return failed;
 }
 
-int t_spawn_self(const char* self, char* const extra_env[], char* const args[]) {
+int t_spawn_vectors(const char* self, char* const extra_env[], char* const args[], char*** argvp, char*** envp) {
   size_t ne = 0, nx = 0, na = 0;
   char** env;
   char** argv;
-  pid_t pid;
-  int status, rc;
   while (environ[ne]) ne++;
   while (extra_env && extra_env[nx]) nx++;
   while (args && args[na]) na++;
   env = (char**)calloc(ne + nx + 1, sizeof *env);
   argv = (char**)calloc(na + 2, sizeof *argv);
-  REQUIRE(env != NULL && argv != NULL);
+  if (!env || !argv) {
+    free(env);
+    free(argv);
+    return -1;
+  }
   /* Extra entries replace inherited ones of the same name. */
   for (size_t i = 0; i < nx; i++) env[i] = extra_env[i];
   for (size_t i = 0, k = nx; i < ne; i++) {
@@ -769,6 +771,17 @@ int t_spawn_self(const char* self, char* const extra_env[], char* const args[]) 
   }
   argv[0] = (char*)self;
   for (size_t i = 0; i < na; i++) argv[1 + i] = args[i];
+  *argvp = argv;
+  *envp = env;
+  return 0;
+}
+
+int t_spawn_self(const char* self, char* const extra_env[], char* const args[]) {
+  char** env;
+  char** argv;
+  pid_t pid;
+  int status, rc;
+  REQUIRE(t_spawn_vectors(self, extra_env, args, &argv, &env) == 0);
   rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env);
   free(env);
   free(argv);

@@ -210,4 +210,9 @@ int t_coll_main(ncclFunc_t func, int argc, char** argv, t_extra_fn extra);
  * from a signal). */
 int t_spawn_self(const char* self, char* const extra_env[], char* const args[]);
 
+/* t_spawn_vectors builds posix_spawn's argv (self, then args) and envp (extra_env, then
+ * every inherited entry that no extra one replaces by name); the caller frees both arrays.
+ * 0, or -1 out of memory. */
+int t_spawn_vectors(const char* self, char* const extra_env[], char* const args[], char*** argvp, char*** envp);
+
 #endif /* CECOLL_CTESTS_COMMON_H_ */

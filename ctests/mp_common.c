@@ -4,6 +4,8 @@
 #endif
 #include "mp_common.h"
 
+#include "common.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -122,7 +124,6 @@ int mp_spawn(mp_child* c, const char* self, char* const args[], char* const extr
 }
 
 int mp_spawn_ex(mp_child* c, const char* self, char* const args[], char* const extra_env[], const mp_spawn_opt* opt) {
-  size_t ne = 0, nx = 0, na = 0;
   char** env;
   char** argv;
   int up[2], down[2], rc;
@@ -131,34 +132,19 @@ int mp_spawn_ex(mp_child* c, const char* self, char* const args[], char* const e
   sigset_t def;
   memset(c, 0, sizeof *c);
   c->to_child = c->from_child = -1;
-  while (environ[ne]) ne++;
-  while (extra_env && extra_env[nx]) nx++;
-  while (args && args[na]) na++;
   if (high_pipe(up) != 0) return -1;
   if (high_pipe(down) != 0) {
     close(up[0]);
     close(up[1]);
     return -1;
   }
-  env = (char**)calloc(ne + nx + 1, sizeof *env);
-  argv = (char**)calloc(na + 2, sizeof *argv);
-  if (!env || !argv) {
-    free(env);
-    free(argv);
+  if (t_spawn_vectors(self, extra_env, args, &argv, &env) != 0) {
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
     return -1;
   }
-  for (size_t i = 0; i < nx; i++) env[i] = extra_env[i];
-  for (size_t i = 0, k = nx; i < ne; i++) {
-    int dup = 0;
-    for (size_t j = 0; j < nx && !dup; j++) {
-      const char* eq = strchr(extra_env[j], '=');
-      size_t kl = eq ? (size_t)(eq - extra_env[j]) + 1 : strlen(extra_env[j]);
-      dup = strncmp(environ[i], extra_env[j], kl) == 0;
-    }
-    if (!dup) env[k++] = environ[i];
-  }
-  argv[0] = (char*)self;
-  for (size_t i = 0; i < na; i++) argv[1 + i] = args[i];
   posix_spawn_file_actions_init(&fa);
   /* dup2 clears close-on-exec on the target: only fds 0-4 reach the child. */
   posix_spawn_file_actions_adddup2(&fa, up[1], 3);
