@@ -76,7 +76,9 @@ static void stage(CUstream s, int n, CUdeviceptr* dst, CUdeviceptr* src, size_t 
 
 // HUBPAR_VMM=1: every rank's send and recv a VMM allocation of its own (as ncclMemAlloc makes
 // them) and the staging a 68 MiB one with the area at 64 MiB (as cecoll's staging window with
-// its hub area), HUBPAR_VMM=2 the flags too; else all in one cuMemAlloc.
+// its hub area), HUBPAR_VMM=2 the flags too; else all in one cuMemAlloc. HUBPAR_FORK=1: each
+// call captured as the engine captures it, forked from the rank's stream into a stream of its
+// own and joined back.
 static CUdeviceptr sends[16], recvs[16], stage0;
 static CUdeviceptr send(int r) { return sends[r]; }
 static CUdeviceptr recv(int r) { return recvs[r]; }
@@ -184,11 +186,31 @@ int main(int argc, char** argv) {
   for (int r = 0; r < N; r++) CU(cuMemsetD8(send(r), (unsigned char)(r + 1), 8));
   std::vector<cudaStream_t> s(N);
   std::vector<cudaGraphExec_t> x(N);
+  const char* fk = getenv("HUBPAR_FORK");
+  bool forked = fk && *fk;
+  std::vector<cudaStream_t> es(N);
+  std::vector<cudaEvent_t> evIn(N), evOut(N);
   for (int r = 0; r < N; r++) {
     CK(cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&es[r], cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&evIn[r], cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&evOut[r], cudaEventDisableTiming));
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s[r], cudaStreamCaptureModeRelaxed));
-    for (int k = 0; k < K; k++) call((CUstream)s[r], r, k);
+    for (int k = 0; k < K; k++) {
+      if (!forked) {
+        call((CUstream)s[r], r, k);
+        continue;
+      }
+      // As the engine captures a call: the caller's stream forks into the rank's own stream
+      // (an event recorded, then waited on), the call runs there, and the caller's stream
+      // waits for it.
+      CK(cudaEventRecord(evIn[r], s[r]));
+      CK(cudaStreamWaitEvent(es[r], evIn[r], 0));
+      call((CUstream)es[r], r, k);
+      CK(cudaEventRecord(evOut[r], es[r]));
+      CK(cudaStreamWaitEvent(s[r], evOut[r], 0));
+    }
     CK(cudaStreamEndCapture(s[r], &g));
     CK(cudaGraphInstantiate(&x[r], g, 0));
     CK(cudaGraphUpload(x[r], s[r]));
@@ -214,6 +236,6 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 8 * N; i++) wrong += h[i] != i / 8 + 1;
   }
   if (wrong) printf("hubpar %s %s %d: %d wrong bytes\n", argv[1], argv[2], N, wrong);
-  printf("hubpar %-5s %-4s N=%d vmm=%s %7.2f us per call\n", argv[1], argv[2], N, useVMM ? vm : "0", us / (R * K));
+  printf("hubpar %-5s %-4s N=%d vmm=%s%s %7.2f us per call\n", argv[1], argv[2], N, useVMM ? vm : "0", forked ? " fork" : "", us / (R * K));
   return 0;
 }

@@ -6,7 +6,9 @@
 #            and the root's copies from there (bcast), its root's waits per word, per two words (64-bit)
 #            or on byte lanes, at 4 and 8 ranks, ROUNDS rounds; lab/h200/graphpar.cu (GP=1)
 #   vmm      hubpar's chain, bcast and rel (w32, 4 ranks) with its buffers in one cuMemAlloc or,
-#            as cecoll has them, each in a VMM allocation of its own (HUBPAR_VMM=1; 2: the flags too)
+#            as cecoll has them, each in a VMM allocation of its own (HUBPAR_VMM=1; 2: the flags too), and
+#            chain and bcast captured through a fork into a stream of each rank's own, as the
+#            engine captures (HUBPAR_FORK=1; not yet run)
 #   nv       8 B graph replays at 4 ranks, head and new against the same builds with every
 #            allocation a plain cuMemAlloc (lab/h200/novmm.patch, CECOLL_XNOVMM=1: headnv, newnv)
 #   g8       8 B graph replays at 4 and 8 ranks, new (build/) against head (build/head),
@@ -42,6 +44,7 @@ for stage in "$@"; do
       for v in "" 1 2; do
         for c in chain bcast rel; do HUBPAR_VMM=$v timeout -k 2 20 /tmp/hubpar $c w32 4; done
       done
+      for c in chain bcast; do HUBPAR_VMM=2 HUBPAR_FORK=1 timeout -k 2 20 /tmp/hubpar $c w32 4; done
     done 2>&1 | tee "$R/vmm.txt"
     ;;
   nv)
