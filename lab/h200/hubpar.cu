@@ -64,9 +64,9 @@ static void stage(CUstream s, int n, CUdeviceptr* dst, CUdeviceptr* src, size_t 
   const CUgraphNode* deps;
   size_t nd;
   CU(getInfo(s, &st, nullptr, nullptr, &deps, nullptr, &nd));
-  std::vector<CUgraphNode> fork(deps, deps + nd), nodes;
+  std::vector<CUgraphNode> start(deps, deps + nd), nodes;
   for (int i = 0; i < n; i++) {
-    if (i > 0) CU(updDeps(s, fork.data(), nullptr, fork.size(), CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    if (i > 0) CU(updDeps(s, start.data(), nullptr, start.size(), CU_STREAM_SET_CAPTURE_DEPENDENCIES));
     CU(cuMemcpyAsync(dst[i], src[i], bytes, s));
     CU(getInfo(s, &st, nullptr, nullptr, &deps, nullptr, &nd));
     nodes.insert(nodes.end(), deps, deps + nd);
