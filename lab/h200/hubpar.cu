@@ -14,10 +14,16 @@
 //   alternating by call) before its signal, the root releases right after its wait, and every
 //   rank copies the whole staging into its recv after the release: two copies a rank), or bcast
 //   (every rank copies its block into slot r of the root's one staging before its signal; the
-//   root copies the staging into every rank's recv, then releases: N copies at the root).
+//   root copies the staging into every rank's recv, then releases: N copies at the root), or
+//   pull (safe in a graph with one slot: the root gathers every rank's block into its staging,
+//   releases, then every rank, the root too, copies the staging into its recv; the root writes
+//   the slot again only past every peer's next signal, which its stream issues after its pull).
 // WAITS (the root's batch): w32 (a wait and a reset per peer, as shipped), w64 (a 64-bit wait
 //   and reset per two arrival words: word 0, the root's own, is always 0), lane (the old
-//   engine's: peers copy one byte into their lane of one word, one wait and one reset).
+//   engine's: peers copy one byte into their lane of one word, one wait and one reset), fold
+//   (no write-value at all: the root's release is one 2D copy whose first row zeroes the
+//   arrival words and whose second sets the release words; a peer's signal is one 2D copy
+//   setting its arrival word and zeroing its release word, and its wait resets nothing).
 // Prints us per call, or HANG (exit 3). Also prints which capture-info symbols the driver has.
 // Build and run on the GPU machine:
 //   nvcc -O2 -o /tmp/hubpar lab/h200/hubpar.cu -lcuda -ldl && /tmp/hubpar par w32 4
@@ -32,13 +38,23 @@ static const int K = 20, R = 50;
 static std::string copies, waits;
 static int N;
 // Sync window: arrival words at win + 4q (lane: bytes of word 0), release words at rel + 4q.
-static CUdeviceptr win, rel, ones, data;
+static CUdeviceptr win, rel, ones, data, foldRoot, foldPeer;
 
 typedef CUresult (*getInfoV3)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
                               const void**, size_t*);
 typedef CUresult (*updDepsV2)(CUstream, CUgraphNode*, const void*, size_t, unsigned);
 static getInfoV3 getInfo;
 static updDepsV2 updDeps;
+
+// copy2D: rows rows of width bytes from src (pitch 128) to dst (pitch 128).
+static void copy2D(CUstream s, CUdeviceptr dst, CUdeviceptr src, size_t width, size_t rows) {
+  CUDA_MEMCPY2D m;
+  memset(&m, 0, sizeof m);
+  m.srcMemoryType = m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  m.srcDevice = src, m.dstDevice = dst, m.srcPitch = m.dstPitch = 128;
+  m.WidthInBytes = width, m.Height = rows;
+  CU(cuMemcpy2DAsync(&m, s));
+}
 
 static CUstreamBatchMemOpParams op(int kind, CUdeviceptr a, unsigned long long v) {
   CUstreamBatchMemOpParams p;
@@ -107,15 +123,17 @@ static CUdeviceptr vmm(size_t size) {
 }
 
 static void call(CUstream s, int me, int k) {
-  bool released = copies == "rel", bcast = copies == "bcast";
+  bool released = copies == "rel", bcast = copies == "bcast", pull = copies == "pull", fold = waits == "fold";
   if (bcast) CU(cuMemcpyAsync(stagep(0) + 8 * me, send(me), 8, s));
   if (released) CU(cuMemcpyAsync(stagep(k) + 8 * me, send(me), 8, s));
   if (me != 0) {
     if (waits == "lane") CU(cuMemcpyAsync(win + me, ones, 1, s));
+    else if (fold) copy2D(s, win + 4 * me, foldPeer, 4, 2);
     else CU(cuMemcpyAsync(win + 4 * me, ones, 4, s));
     CUstreamBatchMemOpParams p[2] = {op(0, rel + 4 * me, 1), op(1, rel + 4 * me, 0)};
-    CU(cuStreamBatchMemOp(s, 2, p, 0));
+    CU(cuStreamBatchMemOp(s, fold ? 1 : 2, p, 0));
     if (released) CU(cuMemcpyAsync(recv(me), stagep(k), 8 * N, s));
+    if (pull) CU(cuMemcpyAsync(recv(me), stagep(0), 8 * N, s));
     return;
   }
   std::vector<CUstreamBatchMemOpParams> p;
@@ -128,30 +146,41 @@ static void call(CUstream s, int me, int k) {
     for (int q = 0; q < N; q += 2) p.push_back(op(3, win + 4 * q, 0));
   } else {
     for (int q = 1; q < N; q++) p.push_back(op(0, win + 4 * q, 1));
-    for (int q = 1; q < N; q++) p.push_back(op(1, win + 4 * q, 0));
+    for (int q = 1; q < N && !fold; q++) p.push_back(op(1, win + 4 * q, 0));
   }
+  // The root's release: ones over the peers' release words (fold: and zeros over the arrivals).
+  auto release = [&] {
+    if (fold) copy2D(s, win, foldRoot, 4 * N, 2);
+    else CU(cuMemcpyAsync(rel + 4, ones, 4 * (N - 1), s));
+  };
   CU(cuStreamBatchMemOp(s, (unsigned)p.size(), p.data(), 0));
   if (released) {
-    CU(cuMemcpyAsync(rel + 4, ones, 4 * (N - 1), s));
+    release();
     CU(cuMemcpyAsync(recv(0), stagep(k), 8 * N, s));
+    return;
+  }
+  if (pull) {
+    for (int r = 0; r < N; r++) CU(cuMemcpyAsync(stagep(0) + 8 * r, send(r), 8, s));
+    release();
+    CU(cuMemcpyAsync(recv(0), stagep(0), 8 * N, s));
     return;
   }
   CUdeviceptr d[16], sr[16];
   if (bcast) {
     for (int q = 0; q < N; q++) CU(cuMemcpyAsync(recv(q), stagep(0), 8 * N, s));
-    CU(cuMemcpyAsync(rel + 4, ones, 4 * (N - 1), s));
+    release();
     return;
   }
   for (int r = 0; r < N; r++) d[r] = recv(0) + 8 * r, sr[r] = send(r);
   stage(s, N, d, sr, 8);
   for (int q = 1; q < N; q++) d[q - 1] = recv(q), sr[q - 1] = recv(0);
   stage(s, N - 1, d, sr, 8 * N);
-  CU(cuMemcpyAsync(rel + 4, ones, 4 * (N - 1), s));
+  release();
 }
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: hubpar chain|par|rel|bcast w32|w64|lane N\n");
+    printf("usage: hubpar chain|par|rel|bcast|pull w32|w64|lane|fold N\n");
     return 2;
   }
   copies = argv[1], waits = argv[2], N = atoi(argv[3]);
@@ -177,6 +206,10 @@ int main(int argc, char** argv) {
     CU(cuMemsetD8(base, 0, 1 << 20));
   }
   win = base, rel = base + 128, ones = base + 256, data = base + 4096;
+  // fold's 2D sources (pitch 128): the root's zeros then ones, a peer's ones then zeros.
+  foldRoot = base + 512, foldPeer = base + 768;
+  CU(cuMemsetD32(foldRoot + 128, 1, 16));
+  CU(cuMemsetD32(foldPeer, 1, 16));
   for (int r = 0; r < N; r++) {
     sends[r] = useVMM ? vmm(1 << 20) : data + 4096 * r;
     recvs[r] = useVMM ? vmm(1 << 20) : data + 65536 + 4096 * r;
