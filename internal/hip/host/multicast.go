@@ -176,17 +176,29 @@ func (rt *Runtime) wakeRange(a, n uintptr) {
 	}
 }
 
-// copyRaw moves n bytes. Engines publish flags by 4-byte copies, so a
-// 4-byte aligned copy is one atomic store, and any copy of at most 8 bytes
-// wakes the words it wrote.
+// copyRaw moves n bytes. Engines publish flags by small copies, which a
+// copy engine writes in whole aligned words: a 4-byte aligned copy of 4
+// bytes is one atomic store, a small copy of aligned 8-byte words one
+// atomic store a word (engines write flag pairs that way: ce/signal.go),
+// and every small copy wakes the words it wrote.
 func (rt *Runtime) copyRaw(dst, src, n uintptr) {
-	if n == 4 && dst&3 == 0 && src&3 == 0 {
+	switch {
+	case n == 4 && dst&3 == 0 && src&3 == 0:
 		atomic.StoreUint32(word(dst), atomic.LoadUint32(word(src)))
 		rt.wake(dst)
 		return
+	case n <= smallCopy && (dst|src|n)&7 == 0:
+		for o := uintptr(0); o < n; o += 8 {
+			atomic.StoreUint64((*uint64)(ptr(dst+o)), atomic.LoadUint64((*uint64)(ptr(src+o))))
+		}
+	default:
+		copy(bytesAt(dst, n), bytesAt(src, n))
 	}
-	copy(bytesAt(dst, n), bytesAt(src, n))
-	if n <= 8 {
+	if n <= smallCopy {
 		rt.wakeRange(dst, n)
 	}
 }
+
+// smallCopy: copies up to this size may publish flags (a release over 64
+// ranks' pairs is 512 bytes).
+const smallCopy = 512
