@@ -60,7 +60,7 @@ func TestAbortReleasesWaits(t *testing.T) {
 		{SyncAllPairs, 0, false, 2}, {SyncAllPairs, 0, true, 2},
 		{SyncStar, 0, false, 2}, {SyncStar, 0, true, 2},
 		{SyncStar, 1, false, 2}, {SyncStar, 1, true, 2},
-		// Rank 0 releases the others through its outbox (one device,
+		// Rank 0 releases the others through its pairs (one device,
 		// captured): their aborts must release their waits there.
 		{SyncStar, 1, true, 0},
 	} {

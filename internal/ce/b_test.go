@@ -23,7 +23,8 @@ type recRT struct {
 	hip.Runtime
 	mu       sync.Mutex
 	batches  [][]hip.MemOp
-	copySrcs []hip.DevicePtr // sources of 1- and 4-byte copies (flag copies)
+	copySrcs []hip.DevicePtr // sources of 1-, 4- and 8-byte copies (flag copies)
+	copyDsts []hip.DevicePtr // their destinations
 	copySize []uintptr       // sizes of every plain copy
 	batchOn  []hip.Stream    // streams of batched copies
 	attrs    int             // batched copies given attributes
@@ -47,8 +48,9 @@ func (r *recRT) StreamBatchMemOp(s hip.Stream, ops []hip.MemOp) error {
 
 func (r *recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) error {
 	r.mu.Lock()
-	if n == 1 || n == 4 {
+	if n == 1 || n == 4 || n == 8 {
 		r.copySrcs = append(r.copySrcs, src)
+		r.copyDsts = append(r.copyDsts, dst)
 	}
 	r.copySize = append(r.copySize, n)
 	r.mu.Unlock()
@@ -150,6 +152,7 @@ func TestB4_DeviceResidentFlagWord(t *testing.T) {
 		var mu sync.Mutex
 		owned := map[hip.DevicePtr]bool{}
 		var words []hip.DevicePtr
+		var windows [][2]hip.DevicePtr // every rank's sync window, and its multicast range
 		recs := make([]*recRT, 4)
 		w := newWorld(t, 4, worldOpts{caps: &mc, wrap: func(rank int, rt hip.Runtime) hip.Runtime {
 			recs[rank] = &recRT{Runtime: rt}
@@ -157,7 +160,12 @@ func TestB4_DeviceResidentFlagWord(t *testing.T) {
 		}})
 		w.run(cfg, 60*time.Second, false, func(r *rankEnv) error {
 			mu.Lock()
-			words = append(words, r.e.sig.local(localSrc), r.e.sig.local(localOnes))
+			g := &r.e.sig
+			words = append(words, g.local(localSrc), g.local(localOne), g.word(g.releasePattern()), g.word(g.signalPattern()))
+			windows = append(windows, [2]hip.DevicePtr{g.base, g.base + hip.DevicePtr(g.size)})
+			if g.mc != 0 {
+				windows = append(windows, [2]hip.DevicePtr{g.mc, g.mc + hip.DevicePtr(g.size)})
+			}
 			mu.Unlock()
 			for _, c := range allCases(4, []uintptr{5}, []bufMode{bufWindow}) {
 				p := r.prepare(c)
@@ -184,9 +192,15 @@ func TestB4_DeviceResidentFlagWord(t *testing.T) {
 		}
 		n := 0
 		for _, r := range recs {
-			for _, src := range r.copySrcs {
-				require.True(t, owned[src], "flag copied from %#x, not from a word of the engine", src)
-				n++
+			for i, src := range r.copySrcs {
+				flag := false // a copy into a sync window
+				for _, w := range windows {
+					flag = flag || r.copyDsts[i] >= w[0] && r.copyDsts[i] < w[1]
+				}
+				if flag {
+					require.True(t, owned[src], "flag copied from %#x, not from a word of the engine", src)
+					n++
+				}
 			}
 		}
 		require.Positive(t, n, "no flag copy")
@@ -562,7 +576,7 @@ func TestB18_SequenceWraps(t *testing.T) {
 			for i := range r.w.n {
 				b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(start), byte(start>>8), byte(start>>16), byte(start>>24)
 			}
-			r.put(r.e.sig.base, b)
+			r.put(r.e.sig.word(r.e.sig.eagerWord(0)), b)
 			r.w.bar.wait()
 			for _, c := range cases {
 				if err := heldUntilPeers(r, c, &late); err != nil {

@@ -516,6 +516,12 @@ func (e *Engine) fillReleased(j int) (syncKind, int) {
 	return syncFromRoot, c
 }
 
+// rootOpens reports whether this plan's half syncs are round trips the
+// root opens (its release, then the peers' signals), not the peers (their
+// signals, then the release): released plans. Pairs keep the two apart
+// (signal.go).
+func (p *plan) rootOpens() bool { return p.kind == kindReleased }
+
 // fillHub: rank 0 makes every copy of a small grouped AllGather or
 // AlltoAll, in two batches whose order its stream keeps:
 //   - AllGather: every rank's block into its recv, then that whole buffer

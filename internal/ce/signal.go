@@ -17,8 +17,8 @@ import (
 // implementations: flags in device memory (this file) and CUDA events
 // (eventSync). chooseSignal picks one per call.
 //
-// Flags. Each rank's sync window holds, for every peer a, the word that a
-// writes to signal it. There are two regions:
+// Flags. Each rank's sync window holds, for every peer a, the words that
+// a writes to signal it, in three regions:
 //
 //   - eager words, one per peer: the value of a signal is the sequence
 //     number of its sync, counted alike on every rank (every rank runs the
@@ -35,13 +35,25 @@ import (
 //     after its waiter reset it: a writer reaches the same array again
 //     only past the sync in between, which needs a signal its waiter sends
 //     after the reset. A captured signal is a 4-byte copy of a word of
-//     ones into the writer's word at the waiter (graph words by writer);
-//     where one writer releases every peer (a star's second hop, fromRoot)
-//     and every rank runs in this process on one device, it is instead one
-//     copy of ones into the writer's outbox (a word per waiter), where each
-//     waiter waits on, and resets, its word. In a graph a copy node costs
-//     well under a batch of write-values (docs/measurements.md, "Flag
-//     operations in a graph").
+//     ones into the writer's word at the waiter: in a graph a copy node
+//     costs well under a batch of write-values (docs/measurements.md,
+//     "Flag operations in a graph").
+//   - pairs, where every rank runs on one device: a captured sync between
+//     a root and its peers (a star's, a rooted plan's) is half of a round
+//     trip between the root and each peer, and each round trip goes
+//     through one aligned 8-byte pair of words in the root's window: the
+//     peer's arrival word, then its release word. The peer's signal writes
+//     (1, 0) over the pair, the root's release (0, 1) over every peer's
+//     pair at once (one copy of 8n bytes), so each write sets the other
+//     side's word and zeroes the one its writer waits on next: no wait
+//     resets a word, and a graph holds no write-value. That holds because
+//     the two sides of a pair strictly alternate: each writes only after
+//     its wait saw the other's write, and an aligned 8-byte write lands
+//     whole (docs/measurements.md, "Pairs"). So each pair keeps the same
+//     order for its whole life, in every graph and between replays: round
+//     trips the peer opens (peerOpens: its signal, then the release) and
+//     those the root opens (rootOpens: released plans, the release first)
+//     use pairs of their own.
 //
 // The regions are apart, so a graph's wait can never pass on a value an
 // eager call left (B10), and an eager wait never on a graph's 1.
@@ -55,17 +67,29 @@ import (
 //
 // Abort writes, from its own stream and every millisecond until Close,
 // a value far past every pending eager wait and ones into every graph
-// word of this rank and into its word of every peer's outbox:
-// every wait this rank's streams have queued passes.
+// word of this rank, every arrival word of its pairs and its release word
+// in every peer's pairs: every wait this rank's streams have queued passes.
 
-// A sync window of n ranks holds, in words: the eager words (n, by
-// writer), the graph words (2n: two arrays by writer), the outbox (2n: two
-// arrays by waiter), then the
-// local words below.
+// A sync window of n ranks holds, in words: the pairs (peerOpens, then
+// rootOpens: 2n words each, the pair of peer p at 2p), the release pattern
+// ((0, 1) n times) and the signal pattern (1, 0) that pair writes copy,
+// the eager words (n, by writer), the graph words (2n: two arrays by
+// writer), then the local words below. Every pair lies at a multiple of 8
+// bytes.
 const (
 	localSrc     = 0 // the value an eager copied signal carries
 	localScratch = 1 // the warm-up's word
-	localOnes    = 2 // n words of 1: what captured signals copy
+	localOne     = 2 // 1: what captured signals without pairs copy
+	localWords   = 3
+)
+
+// Pair sets, and the words of a pair.
+const (
+	noPairs     = -1 // this sync's flags are not pairs
+	peerOpens   = 0  // round trips opened by the peers' signals
+	rootOpens   = 1  // round trips opened by the root's release
+	pairArrive  = 0  // the peer writes 1, the root waits
+	pairRelease = 1  // the root writes 1, the peer waits
 )
 
 type signals struct {
@@ -76,7 +100,7 @@ type signals struct {
 	mc        hip.DevicePtr // multicast address of the window; 0: unicast
 	star      bool          // a full sync goes through rank 0 (SyncStar)
 	copyFlags bool          // eager signals are copies (B5)
-	outbox    bool          // captured releases go through the writer's outbox
+	pairs     bool          // captured rooted syncs go through pairs (one device)
 	seq       atomic.Uint32 // eager syncs so far: the value of the last one
 	gpar      uint32        // the graph array of the next captured sync
 	ev        hip.Event     // this rank's event, for event syncs
@@ -91,14 +115,12 @@ type signals struct {
 // word is the address of word i of this rank's window.
 func (g *signals) word(i int) hip.DevicePtr { return g.base + hip.DevicePtr(4*i) }
 
-// local is the address of local word j.
-func (g *signals) local(j int) hip.DevicePtr { return g.word(5*g.n + j) }
-
-func (g *signals) eagerWord(writer int) int             { return writer }
-func (g *signals) graphWord(arr uint32, writer int) int { return (1+int(arr))*g.n + writer }
-func (g *signals) outboxWord(arr uint32, waiter int) int {
-	return 3*g.n + int(arr)*g.n + waiter
-}
+func (g *signals) pairWord(set, peer, w int) int        { return set*2*g.n + 2*peer + w }
+func (g *signals) releasePattern() int                  { return 4 * g.n }
+func (g *signals) signalPattern() int                   { return 6 * g.n }
+func (g *signals) eagerWord(writer int) int             { return 6*g.n + 2 + writer }
+func (g *signals) graphWord(arr uint32, writer int) int { return 7*g.n + 2 + int(arr)*g.n + writer }
+func (g *signals) local(j int) hip.DevicePtr            { return g.word(9*g.n + 2 + j) }
 
 func (g *signals) init(e *Engine) error {
 	rt, n := e.rt, e.n
@@ -121,9 +143,9 @@ func (g *signals) init(e *Engine) error {
 	case SyncAuto:
 		g.star = n >= 4 && !mcUsable
 	}
-	g.outbox = e.c.OneDevice()
+	g.pairs = e.c.OneDevice()
 	// B17: zeroed before anyone uses it; Init's barrier comes after.
-	g.size = alignUp(uintptr(6*n+localOnes)*4, 64)
+	g.size = alignUp(uintptr(9*n+2+localWords)*4, 64)
 	var err error
 	if g.base, err = rt.MemAlloc(g.size); err != nil {
 		return initErr("sync window alloc", err)
@@ -131,11 +153,16 @@ func (g *signals) init(e *Engine) error {
 	if err := rt.Memset(g.base, 0, g.size); err != nil {
 		return initErr("sync window zero", err)
 	}
-	ones := make([]byte, 4*n)
+	// The release pattern, (0, 1) n times, then the signal pattern (1, 0).
+	pat := make([]byte, 4*(2*n+2))
 	for i := range n {
-		ones[4*i] = 1
+		pat[4*(2*i+pairRelease)] = 1
 	}
-	if err := hip.CopyToDevice(rt, g.local(localOnes), ones); err != nil {
+	pat[4*(2*n+pairArrive)] = 1
+	if err := hip.CopyToDevice(rt, g.word(g.releasePattern()), pat); err != nil {
+		return initErr("flag pattern init", err)
+	}
+	if err := hip.CopyToDevice(rt, g.local(localOne), []byte{1, 0, 0, 0}); err != nil {
 		return initErr("flag word init", err)
 	}
 	if g.win, err = e.c.RegisterWindow(g.base, g.size); err != nil {
@@ -203,6 +230,13 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 		return e.localCopies(s, capturing)
 	}
 	v, arr := g.next(capturing)
+	f := flags{v: v, arr: arr, set: noPairs, capturing: capturing}
+	if capturing && g.pairs && (k != syncFull || g.star) {
+		f.set = peerOpens
+		if k != syncFull && e.cur.plan.rootOpens() {
+			f.set = rootOpens
+		}
+	}
 	me := e.rank
 	e.ops = e.ops[:0]
 	var err error
@@ -212,41 +246,41 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 		if k == syncFull {
 			to = 0
 		}
-		err = e.signal(s, to, v, arr, capturing)
+		err = e.signal(s, to, f)
 		if err == nil {
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(to, v, arr, capturing)
+			e.await(to, f)
 		}
 	case k == syncFull && g.star: // rank 0
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, f)
 			e.fence()
-			err = e.releasePeers(s, v, arr, capturing)
+			err = e.releasePeers(s, f)
 		}
 	case k == syncFull, k == syncFromRoot && me == c:
 		if k == syncFull {
-			err = e.signal(s, -1, v, arr, capturing)
+			err = e.signal(s, -1, f)
 		} else {
-			err = e.releasePeers(s, v, arr, capturing)
+			err = e.releasePeers(s, f)
 		}
 		if err == nil {
 			err = e.localCopies(s, capturing)
 		}
 		if err == nil && k == syncFull {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, f)
 		}
 	case k == syncToRoot: // me == c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(-1, v, arr, capturing)
+			e.await(-1, f)
 		}
 	default: // syncFromRoot, me != c
 		err = e.localCopies(s, capturing)
 		if err == nil {
-			e.await(c, v, arr, capturing)
+			e.await(c, f)
 		}
 	}
 	if err != nil {
@@ -255,32 +289,45 @@ func (e *Engine) flagSync(s hip.Stream, k syncKind, c int, capturing bool) error
 	return e.submit(s)
 }
 
-// signal is a gather's signal (every peer signals one waiter): v from
-// this rank to rank to, or to every peer when to < 0 (all pairs; eagerly
-// through multicast where there is one).
-func (e *Engine) signal(s hip.Stream, to int, v, arr uint32, capturing bool) error {
-	g := &e.sig
-	if !capturing {
-		return e.eagerSignal(s, to, v)
-	}
-	if err := e.submit(s); err != nil {
-		return err
-	}
-	return e.copyFlag(s, to, hip.DevicePtr(4*g.graphWord(arr, e.rank)), g.local(localOnes))
+// flags is what one sync's signals and waits write and wait for: eagerly
+// the value v; under capture 1, in graph array arr or, where set is not
+// noPairs, in that set of pairs.
+type flags struct {
+	v, arr    uint32
+	set       int
+	capturing bool
 }
 
-// releasePeers is a release's signal: v from this rank to every peer. It
-// is signal's, except captured with every rank on one device: ones into
-// this rank's outbox, one copy for all (see the top of the file).
-func (e *Engine) releasePeers(s hip.Stream, v, arr uint32, capturing bool) error {
+// signal is a gather's signal (every peer signals one waiter): from this
+// rank to rank to, or to every peer when to < 0 (all pairs; eagerly
+// through multicast where there is one).
+func (e *Engine) signal(s hip.Stream, to int, f flags) error {
 	g := &e.sig
-	if !capturing || !g.outbox {
-		return e.signal(s, -1, v, arr, capturing)
+	if !f.capturing {
+		return e.eagerSignal(s, to, f.v)
 	}
 	if err := e.submit(s); err != nil {
 		return err
 	}
-	return e.rt.MemcpyAsync(g.word(g.outboxWord(arr, 0)), g.local(localOnes), uintptr(4*e.n), s)
+	if f.set != noPairs {
+		dst := g.win.PeerBase(to) + hip.DevicePtr(4*g.pairWord(f.set, e.rank, 0))
+		return e.rt.MemcpyAsync(dst, g.word(g.signalPattern()), 8, s)
+	}
+	return e.copyFlag(s, to, hip.DevicePtr(4*g.graphWord(f.arr, e.rank)), g.local(localOne))
+}
+
+// releasePeers is a release's signal: from this rank to every peer. It is
+// signal's, except through pairs: (0, 1) over every peer's pair of this
+// rank, one copy for all (see the top of the file).
+func (e *Engine) releasePeers(s hip.Stream, f flags) error {
+	g := &e.sig
+	if f.set == noPairs {
+		return e.signal(s, -1, f)
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	return e.rt.MemcpyAsync(g.word(g.pairWord(f.set, 0, 0)), g.word(g.releasePattern()), uintptr(8*e.n), s)
 }
 
 // eagerSignal writes v into this rank's eager word at rank to, or at every
@@ -336,30 +383,39 @@ func (e *Engine) copyFlag(s hip.Stream, to int, off, src hip.DevicePtr) error {
 
 // await queues this rank's waits: for a release from rank from, or, when
 // from < 0, for a gather's signals from every peer. Under capture each
-// wait is followed by the reset of its word (in a batch of its own where
-// writes may overtake waits).
-func (e *Engine) await(from int, v, arr uint32, capturing bool) {
+// wait on a graph word is followed by the reset of its word (in a batch of
+// its own where writes may overtake waits); a wait on a pair resets
+// nothing (this rank's next write to the pair zeroes its word).
+func (e *Engine) await(from int, f flags) {
 	g := &e.sig
 	mark := len(e.ops)
 	switch {
-	case !capturing:
+	case !f.capturing:
 		for r := range e.n {
 			if r != e.rank && (from < 0 || r == from) {
-				e.ops = append(e.ops, hip.WaitValue32(g.word(g.eagerWord(r)), v, hip.WaitGEQ))
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.eagerWord(r)), f.v, hip.WaitGEQ))
 			}
 		}
+		return
+	case f.set != noPairs && from < 0:
+		for r := range e.n {
+			if r != e.rank {
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.pairWord(f.set, r, pairArrive)), 1, hip.WaitGEQ))
+			}
+		}
+		return
+	case f.set != noPairs:
+		w := g.win.PeerBase(from) + hip.DevicePtr(4*g.pairWord(f.set, e.rank, pairRelease))
+		e.ops = append(e.ops, hip.WaitValue32(w, 1, hip.WaitGEQ))
 		return
 	case from < 0:
 		for r := range e.n {
 			if r != e.rank {
-				e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(arr, r)), 1, hip.WaitGEQ))
+				e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(f.arr, r)), 1, hip.WaitGEQ))
 			}
 		}
-	case g.outbox:
-		w := g.win.PeerBase(from) + hip.DevicePtr(4*g.outboxWord(arr, e.rank))
-		e.ops = append(e.ops, hip.WaitValue32(w, 1, hip.WaitGEQ))
 	default:
-		e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(arr, from)), 1, hip.WaitGEQ))
+		e.ops = append(e.ops, hip.WaitValue32(g.word(g.graphWord(f.arr, from)), 1, hip.WaitGEQ))
 	}
 	e.fence()
 	end := len(e.ops)
@@ -434,10 +490,11 @@ func (g *signals) releaseValue() uint32 { return g.seq.Load() + 1<<30 }
 
 // startRelease starts Abort's release loop: every millisecond, from its own
 // stream, the release value into every eager word and 1 into every graph
-// word of this rank and its outbox words at its peers. It repeats because
-// a peer's late eager write may lower a word again, and a captured wait
-// resets its word. Never after stopRelease: Close frees the words then (an
-// Abort from a peer-failure handler may come after Close).
+// word and pair arrival word of this rank and into its release words at
+// its peers. It repeats because a peer's late eager write may lower a word
+// again, a captured wait resets its word and a pair write zeroes one.
+// Never after stopRelease: Close frees the words then (an Abort from a
+// peer-failure handler may come after Close).
 func (g *signals) startRelease(e *Engine) {
 	g.relMu.Lock()
 	defer g.relMu.Unlock()
@@ -469,7 +526,7 @@ func (g *signals) startRelease(e *Engine) {
 			}
 		}
 		g.abortStream = s
-		ops := make([]hip.MemOp, 0, 5*g.n)
+		ops := make([]hip.MemOp, 0, 7*g.n)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -479,8 +536,11 @@ func (g *signals) startRelease(e *Engine) {
 				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv))
 				for arr := range uint32(2) {
 					ops = append(ops, hip.WriteValue32(g.word(g.graphWord(arr, r)), 1))
-					if g.outbox && r != g.me {
-						ops = append(ops, hip.WriteValue32(g.win.PeerBase(r)+hip.DevicePtr(4*g.outboxWord(arr, g.me)), 1))
+				}
+				for set := range 2 {
+					if g.pairs && r != g.me {
+						ops = append(ops, hip.WriteValue32(g.word(g.pairWord(set, r, pairArrive)), 1),
+							hip.WriteValue32(g.win.PeerBase(r)+hip.DevicePtr(4*g.pairWord(set, g.me, pairRelease)), 1))
 					}
 				}
 			}
