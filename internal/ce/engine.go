@@ -238,8 +238,11 @@ func (e *Engine) Close() <-chan struct{} {
 			return
 		}
 		// An event call runs on its caller's stream and may copy through
-		// the staging window: its end (evOut) too.
-		drained := e.drain(e.es, e.side) && e.poll(time.Now(), func() error { return e.rt.EventQuery(e.evOut) })
+		// the staging window, and a graph replay runs on its launch stream
+		// and signals into the sync windows: their ends (evOut, and tail,
+		// the latest launch's: OrderAfter) too.
+		drained := e.drain(e.es, e.side) && e.poll(time.Now(), func() error { return e.rt.EventQuery(e.evOut) }) &&
+			e.poll(time.Now(), func() error { return e.rt.EventQuery(e.tail) })
 		e.sig.stopRelease()
 		// The release loop's last writes land before its words are freed:
 		// a later communicator may be given that memory.

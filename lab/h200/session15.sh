@@ -10,6 +10,7 @@
 #          (build/); then two of them, one batch, new, without MPS, with CECOLL_DEBUG=INFO
 #   mixdbg the mixedsym process cells (proc) one cell a batch, without MPS, then under MPS:
 #          which cells fail, with what first error
+#   procc  the matrix's process cells under MPS with build/: the mixedsym ones, then all
 #   e8     eager 8 B at 4 ranks, new and head alternating, ROUNDS rounds
 # The thread-per-rank C tests and the process cells are session14.sh's stages threads, procb.
 # Results: $OUT/s15.tar.gz, log $OUT/s15.log.
@@ -59,6 +60,13 @@ for stage in "$@"; do
       echo "-- $m: first errors"
       grep -rh "runtime error\|illegal\|fault" "$R/logs-$m" 2>/dev/null | sed 's/^[a-z]*:[0-9]*:[0-9]* //' | cut -c1-200 | sort | uniq -c | sort -rn | head -8
     done
+    ;;
+  procc)
+    mps_on
+    mrun mixc "$(cells '\.mixedsym\.(proc|2proc)\.')" 100 -j 2 -b 64 -t 60
+    t=$(($(left) - 20)); [ "$t" -gt 240 ] && t=240
+    mrun procc "$(cells '\.(proc|2proc)\.')" "$t" -j 2 -b 64 -t 60
+    mps_off
     ;;
   e8)
     for round in $(seq 1 "${ROUNDS:-3}"); do
