@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -643,7 +644,8 @@ func TestMPFlood(t *testing.T) {
 	watchdog(t, 90*time.Second)
 	// A join that failed would end at CECOLL_BOOTSTRAP_TIMEOUT with its
 	// reason rather than at this test's deadline.
-	rootProc := startChild(t, ID{}, 2, "0", "floodroot", "CECOLL_BOOTSTRAP_TIMEOUT=30")
+	done := filepath.Join(t.TempDir(), "rank1.done")
+	rootProc := startChild(t, ID{}, 2, "0", "floodroot", "CECOLL_BOOTSTRAP_TIMEOUT=30", envAwait+"="+done)
 	var idHex, sock string
 	deadline := time.After(20 * time.Second)
 	for idHex == "" || sock == "" {
@@ -697,7 +699,7 @@ func TestMPFlood(t *testing.T) {
 	_, unixOK := opened.Load("unix")
 	require.True(t, tcpOK && unixOK, "the flood reached both sockets")
 
-	peer := startChild(t, id, 2, "1", "collsbarrier", "CECOLL_BOOTSTRAP_TIMEOUT=30")
+	peer := startChild(t, id, 2, "1", "collsbarrier", "CECOLL_BOOTSTRAP_TIMEOUT=30", envDone+"="+done)
 	requireChildOK(t, []*child{rootProc, peer}, 60*time.Second)
 	require.Contains(t, rootProc.output(), "MP flood-ok")
 }
@@ -734,6 +736,13 @@ func floodRoot(t *testing.T, rt hip.Runtime) {
 	require.NoError(t, c.Barrier())
 	require.NoError(t, c.Destroy())
 	fmt.Printf("MP flood-ok pending root %d\n", root.gate.pendingCount())
+	// The barrier's reply to rank 1 may still be on its way: the root
+	// stays until rank 1 is done (a CI run saw rank 1 lose the root).
+	for f, dl := os.Getenv(envAwait), time.Now().Add(10*time.Second); f != "" && time.Now().Before(dl); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(f); err == nil {
+			break
+		}
+	}
 }
 
 // No value of any environment variable crashes the process: with every
