@@ -365,41 +365,50 @@ func TestAbortAfterClose(t *testing.T) {
 // the latest graph launch ordered with it (OrderAfter, as
 // cecollGraphLaunch orders it) has ended, since the replay signals into
 // the sync windows (on the H200 a replay that outlived its process's
-// Close wrote through unmapped imports: error 719). Each rank's stream is
-// held before its launch and opened 50 ms after Close was called.
+// Close wrote through unmapped imports: error 719); also when the engine
+// was aborted between the launch and its OrderAfter (a peer's failure
+// landing meanwhile). Each rank's stream is held before its launch and
+// opened 50 ms after Close was called.
 func TestCloseWaitsForGraphLaunch(t *testing.T) {
 	c := collCase{fn: FuncAllGather, count: 64, mode: bufWindow}
-	w := newWorld(t, 2, worldOpts{})
-	w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
-		p := r.prepare(c)
-		x, err := r.captureGraph(&p.args)
-		if err != nil {
-			return err
-		}
-		open := r.gate(r.s)
-		if err := r.e.OrderBefore(r.s); err != nil {
-			return err
-		}
-		if err := r.rt.GraphLaunch(x, r.s); err != nil {
-			return err
-		}
-		if err := r.e.OrderAfter(r.s); err != nil {
-			return err
-		}
-		var opened atomic.Bool
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			opened.Store(true)
-			open()
-		}()
-		<-r.e.Close()
-		if !opened.Load() {
-			return fmt.Errorf("rank %d: Close freed the state before its graph launch ran", r.rank)
-		}
-		if err := r.rt.StreamQuery(r.s); err != nil {
-			return fmt.Errorf("rank %d: Close freed the state before its graph launch ended: %v", r.rank, err)
-		}
-		require.True(t, r.e.Drained(), "state not freed")
-		return nil
-	})
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprint("abort=", abort), func(t *testing.T) {
+			w := newWorld(t, 2, worldOpts{})
+			w.run(testCfg(), 20*time.Second, false, func(r *rankEnv) error {
+				p := r.prepare(c)
+				x, err := r.captureGraph(&p.args)
+				if err != nil {
+					return err
+				}
+				open := r.gate(r.s)
+				if err := r.e.OrderBefore(r.s); err != nil {
+					return err
+				}
+				if err := r.rt.GraphLaunch(x, r.s); err != nil {
+					return err
+				}
+				if abort {
+					r.e.Abort()
+				}
+				if err := r.e.OrderAfter(r.s); err != nil {
+					return err
+				}
+				var opened atomic.Bool
+				go func() {
+					time.Sleep(50 * time.Millisecond)
+					opened.Store(true)
+					open()
+				}()
+				<-r.e.Close()
+				if !opened.Load() {
+					return fmt.Errorf("rank %d: Close freed the state before its graph launch ran", r.rank)
+				}
+				if err := r.rt.StreamQuery(r.s); err != nil {
+					return fmt.Errorf("rank %d: Close freed the state before its graph launch ended: %v", r.rank, err)
+				}
+				require.True(t, r.e.Drained(), "state not freed")
+				return nil
+			})
+		})
+	}
 }

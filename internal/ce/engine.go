@@ -353,13 +353,18 @@ func (e *Engine) usable(f Func) error {
 // or another launch (B19; eager calls wait likewise: joinIn).
 func (e *Engine) OrderBefore(s hip.Stream) error { return e.order(s, true) }
 
-// OrderAfter: see OrderBefore.
+// OrderAfter: see OrderBefore. It records the launch's end even after an
+// Abort (the launch is enqueued; Close must wait for it): only a finalized
+// engine records nothing.
 func (e *Engine) OrderAfter(s hip.Stream) error { return e.order(s, false) }
 
 func (e *Engine) order(s hip.Stream, before bool) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.usable(FuncAllGather); err != nil {
+	if !before && e.closed.Load() {
+		return nil
+	}
+	if err := e.usable(FuncAllGather); before && err != nil {
 		return err
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {

@@ -211,19 +211,24 @@ func TakeCaptured(s hip.Stream) []*Comm {
 
 // OrderBefore makes s wait for every eager collective of c so far, before
 // a graph holding collectives of c is launched on s; OrderAfter makes c's
-// next collective wait for that launch. A failed communicator refuses with
-// its failure; a finalized or destroyed one orders nothing.
+// next collective wait for that launch. A failed communicator refuses
+// OrderBefore with its failure; OrderAfter comes after the launch was
+// enqueued, so it records the launch's end whatever happened meanwhile
+// (the engine's Close waits for it before it frees what the replay
+// writes). A finalized or destroyed one orders nothing.
 func (c *Comm) OrderBefore(s hip.Stream) error { return c.order(s, true) }
 
 // OrderAfter: see OrderBefore.
 func (c *Comm) OrderAfter(s hip.Stream) error { return c.order(s, false) }
 
 func (c *Comm) order(s hip.Stream, before bool) error {
-	if c.state() != stReady {
-		return nil
-	}
-	if err := c.usable("cecollGraphLaunch"); err != nil {
-		return err
+	if before {
+		if c.state() != stReady {
+			return nil
+		}
+		if err := c.usable("cecollGraphLaunch"); err != nil {
+			return err
+		}
 	}
 	c.engMu.Lock()
 	defer c.engMu.Unlock()

@@ -597,3 +597,35 @@ func TestGraphLaunchNamesTheFailure(t *testing.T) {
 		require.NoError(t, c.Destroy())
 	}
 }
+
+// afterEngine counts the launches OrderAfter records.
+type afterEngine struct {
+	nopEngine
+	after *atomic.Int32
+}
+
+func (e afterEngine) OrderAfter(hip.Stream) error {
+	e.after.Add(1)
+	return nil
+}
+
+// TestOrderAfterFailedComm: a graph launch whose communicator failed
+// between OrderBefore and OrderAfter is enqueued all the same, so
+// OrderAfter still hands it to the engine (whose Close waits for it before
+// it frees what the replay writes); it returns no error.
+func TestOrderAfterFailedComm(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	var n atomic.Int32
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return afterEngine{after: &n}, nil }
+	defer func() { newEngine = old }()
+	comms, err := InitAll(newRT(t, 1), 2, []int{0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	require.NoError(t, comms[0].OrderBefore(0))
+	comms[0].fail(errors.New("a peer failed"))
+	require.NoError(t, comms[0].OrderAfter(0))
+	require.Equal(t, int32(1), n.Load(), "the launch was not handed to the engine")
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
+	}
+}
