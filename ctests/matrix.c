@@ -54,8 +54,9 @@
  *                                      enqueued, last error mentions "stream"
  *   3 buffers=mixedsym, layout not     contract: ncclInvalidUsage from a call or
  *     group                            ncclCommGetAsyncError whose last error
- *                                      mentions "symmetric" (data unchecked);
- *                                      in a group every rank's buffers are
+ *                                      mentions "symmetric" (data unchecked,
+ *                                      but no stream may fault after the
+ *                                      abort); in a group every rank's buffers are
  *                                      known, windows or not: right data
  *   4 otherwise                        data: every byte of every allocation
  *                                      is right: results, inputs, and the
