@@ -351,27 +351,29 @@ func (e *Engine) usable(f Func) error {
 // just enqueued on s. A graph launch that holds collectives of this
 // communicator is put between the two, so it never overlaps an eager call
 // or another launch (B19; eager calls wait likewise: joinIn).
-func (e *Engine) OrderBefore(s hip.Stream) error { return e.order(s, true) }
-
-// OrderAfter: see OrderBefore. It records the launch's end even after an
-// Abort (the launch is enqueued; Close must wait for it): only a finalized
-// engine records nothing.
-func (e *Engine) OrderAfter(s hip.Stream) error { return e.order(s, false) }
-
-func (e *Engine) order(s hip.Stream, before bool) error {
+func (e *Engine) OrderBefore(s hip.Stream) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !before && e.closed.Load() {
-		return nil
-	}
-	if err := e.usable(FuncAllGather); before && err != nil {
+	if err := e.usable(FuncAllGather); err != nil {
 		return err
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return err
 	}
-	if before {
-		return e.afterTail(s)
+	return e.afterTail(s)
+}
+
+// OrderAfter: see OrderBefore. It records the launch's end even after an
+// Abort (the launch is enqueued; Close must wait for it): only a finalized
+// engine records nothing.
+func (e *Engine) OrderAfter(s hip.Stream) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return nil
+	}
+	if err := e.rt.SetDevice(e.dev); err != nil {
+		return err
 	}
 	if err := e.rt.EventRecord(e.tail, s); err != nil {
 		return err
