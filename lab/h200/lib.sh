@@ -1,7 +1,7 @@
 # lab/h200/lib.sh: what the session scripts from session11.sh on share (sourced from the
 # repository root): library links, the budget, MPS on/off, one cecoll-perf run per build, the
 # results folder and log (begin, finish), the 8 B graph arguments, the real driver for cushim, a
-# batched matrix run (mrun) and the thread-per-rank C tests (ctests_threads).
+# batched matrix run (mrun), the thread-per-rank C tests (ctests_threads) and hostcost (hostcosts).
 # Every script writes under $O (default /tmp/out) and the caller tars what returns.
 O=${OUT:-/tmp/out}
 export CECOLL_BACKEND=${CECOLL_BACKEND:-nvidia} NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=$PWD/build:${LD_LIBRARY_PATH:-}
@@ -80,4 +80,15 @@ ctests_threads() {
   for t in allgather alltoall scatter gather; do for n in 4 8; do for k in $(seq 1 "${RUNS:-12}"); do echo "$t $n $k"; done; done; done |
     timeout $(($(left) - 30)) xargs -P 4 -I{} bash -c 'run_c "{}"' | sort > "$R/ctests.txt"
   echo "CTESTS total=$(wc -l < "$R/ctests.txt") rc0=$(grep -c 'rc=0 ' "$R/ctests.txt")"; grep -v 'rc=0 ' "$R/ctests.txt" | head
+}
+# hostcosts BUILD...: lab/h200/hostcost.c (4-rank AllGather, 8 B and 64 KiB) against build/ (new)
+# or build/BUILD's library, one after another; its HOSTCOST and VERIFY lines.
+hostcosts() {
+  gcc -O2 -Wall -o /tmp/hostcost lab/h200/hostcost.c -ldl -lpthread || return
+  local b lib
+  for b in "$@"; do
+    lib=$PWD/build/libcecoll.so; [ "$b" != new ] && lib=$PWD/build/$b/libcecoll.so
+    timeout 90 /tmp/hostcost -l "$lib" -n 4 -s 8,65536 -r 20 -k 64 -t 80 > "$R/hostcost-$b.txt" 2>&1
+    echo "hostcost $b rc=$?"; grep -E '^(HOSTCOST|VERIFY)' "$R/hostcost-$b.txt"
+  done
 }

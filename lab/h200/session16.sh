@@ -43,12 +43,7 @@ for stage in "$@"; do
     done
     ;;
   hostcost)
-    gcc -O2 -Wall -o /tmp/hostcost lab/h200/hostcost.c -ldl -lpthread || continue
-    for b in new old; do
-      lib=$PWD/build/libcecoll.so; [ $b = old ] && lib=$PWD/build/old/libcecoll.so
-      timeout 90 /tmp/hostcost -l "$lib" -n 4 -s 8,65536 -r 20 -k 64 -t 80 > "$R/hostcost-$b.txt" 2>&1
-      echo "hostcost $b rc=$?"; grep -E '^(HOSTCOST|VERIFY)' "$R/hostcost-$b.txt"
-    done
+    hostcosts new old
     ;;
   threads)
     ctests_threads build/ctests
