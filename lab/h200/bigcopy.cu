@@ -11,8 +11,12 @@
 //   sync      pieces inside the protocol's round trip: each rank records, waits for every
 //             peer's record, copies, records, waits for every peer's (two hops per iteration)
 //   syncsplit sync with split2's copies
+//   seed      the native reference of issue 6: the seed's eager round (ncclMemOpSync, UC): per
+//             rank one cuStreamBatchMemOp of N-1 write-values into the peers' ready words and
+//             N-1 waits (EQ) on its own, a batch of the pushes, then the same on the complete
+//             words (sequence numbers never repeat, so no resets: its cheapest form)
 // Build and run on the GPU machine: nvcc -O2 -o /tmp/bigcopy lab/h200/bigcopy.cu -lcuda
-//   /tmp/bigcopy N CHUNK_MIB INPLACE [ROUNDS]
+//   /tmp/bigcopy N CHUNK_MIB INPLACE [ROUNDS [MODE,MODE,...]]   (ceil always runs first)
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -26,6 +30,8 @@ static bool inplace;
 static std::vector<char*> recv, send, scratch;
 static std::vector<cudaStream_t> cs, s2;
 static std::vector<cudaEvent_t> st, en, forkev, joinev;
+static uint32_t* words;  // the seed's flags: ready [N][N] then complete [N][N]; [p][r] is r's word at p
+static uint32_t seq;
 
 struct Copy { char *dst, *src; size_t n; };
 
@@ -80,10 +86,42 @@ static void sync(std::vector<cudaEvent_t>& ev) {
       if (p != r) CK(cudaStreamWaitEvent(cs[r], ev[p]));
 }
 
+// seedSync is ncclPrepUCSync + ncclMemOpSync for every rank: write seq into each peer's word for
+// this rank, wait until each peer's word here holds seq.
+static void seedSync(bool complete) {
+  uint32_t* w = words + (complete ? N * N : 0);
+  seq++;
+  std::vector<CUstreamBatchMemOpParams> ops(2 * (N - 1));
+  for (int r = 0; r < N; r++) {
+    size_t k = 0;  // ops[k]: a write, ops[N-1+k]: a wait (every write before every wait)
+    for (int p = 0; p < N; p++) {
+      if (p == r) continue;
+      CUstreamBatchMemOpParams &wr = ops[k], &wt = ops[N - 1 + k];
+      k++;
+      memset(&wr, 0, sizeof wr);
+      memset(&wt, 0, sizeof wt);
+      wr.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      wr.writeValue.address = (CUdeviceptr)&w[p * N + r];
+      wr.writeValue.value = seq;
+      wt.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      wt.waitValue.address = (CUdeviceptr)&w[r * N + p];
+      wt.waitValue.value = seq;
+      wt.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    }
+    CU(cuStreamBatchMemOp((CUstream)cs[r], ops.size(), ops.data(), 0));
+  }
+}
+
 static void iteration(const std::string& m) {
   size_t bytes = (inplace ? N - 1 : N) * C;
   if (m == "ceil") {
     for (int r = 0; r < N; r++) CK(cudaMemcpyAsync(recv[r], scratch[r], bytes, cudaMemcpyDeviceToDevice, cs[r]));
+    return;
+  }
+  if (m == "seed") {
+    seedSync(false);
+    for (int r = 0; r < N; r++) copies(r, "batch");
+    seedSync(true);
     return;
   }
   bool synced = m.rfind("sync", 0) == 0;
@@ -104,7 +142,7 @@ static double timed(const std::string& m) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: bigcopy N CHUNK_MIB INPLACE [ROUNDS]\n");
+    printf("usage: bigcopy N CHUNK_MIB INPLACE [ROUNDS [MODE,MODE,...]]\n");
     return 2;
   }
   N = atoi(argv[1]), C = (size_t)atoi(argv[2]) << 20, inplace = atoi(argv[3]) != 0;
@@ -123,8 +161,16 @@ int main(int argc, char** argv) {
     CK(cudaStreamCreateWithFlags(&s2[r], cudaStreamNonBlocking));
     for (auto* e : {&st[r], &en[r], &forkev[r], &joinev[r]}) CK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
-  const char* modes[] = {"ceil", "pieces", "batch", "batchnf", "split2", "sync", "syncsplit"};
-  const int M = sizeof modes / sizeof *modes;
+  CK(cudaMalloc(&words, 2 * N * N * sizeof *words));
+  CK(cudaMemset(words, 0, 2 * N * N * sizeof *words));
+  std::vector<std::string> modes = {"ceil"};
+  std::string want = argc > 5 ? argv[5] : "pieces,batch,batchnf,split2,sync,syncsplit,seed";
+  for (size_t a = 0, b; a <= want.size(); a = b + 1) {
+    b = want.find(',', a);
+    if (b == std::string::npos) b = want.size();
+    if (b > a) modes.push_back(want.substr(a, b - a));
+  }
+  const int M = modes.size();
   std::vector<std::vector<double>> pct(M);
   for (int rd = 0; rd < rounds; rd++) {
     double ceil = timed("ceil");
@@ -132,14 +178,14 @@ int main(int argc, char** argv) {
       double t = m == 0 ? ceil : timed(modes[m]);
       pct[m].push_back(100 * ceil / t);
       printf("bigcopy N=%d chunk=%zu MiB %s round %d %-9s %9.1f us %6.1f %%ceil\n", N, C >> 20,
-             inplace ? "in" : "out", rd, modes[m], t, 100 * ceil / t);
+             inplace ? "in" : "out", rd, modes[m].c_str(), t, 100 * ceil / t);
     }
   }
   for (int m = 1; m < M; m++) {
     auto v = pct[m];
     std::sort(v.begin(), v.end());
     printf("bigcopy N=%d chunk=%zu MiB %s median %-9s %6.1f %%ceil\n", N, C >> 20, inplace ? "in" : "out",
-           modes[m], v[v.size() / 2]);
+           modes[m].c_str(), v[v.size() / 2]);
   }
   return 0;
 }
