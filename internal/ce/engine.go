@@ -19,7 +19,13 @@ import (
 // room in a stream's queue), but a communicator's collectives must still
 // be issued in the same order on every rank.
 type Engine struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	// freeMu: release frees the state only holding it, and the lock-free
+	// probes (Pending) query the state only holding it for reading, so no
+	// probe ever touches what Close freed. (Every call takes mu and checks
+	// closed under it, and Close frees only under mu, after closed is set:
+	// no call either.) A probe holds it for one event query.
+	freeMu    sync.RWMutex
 	c         Comm
 	rt        hip.Runtime
 	cfg       Config
@@ -251,6 +257,8 @@ func (e *Engine) Close() <-chan struct{} {
 			log.Warnf("ce close: rank %d: its streams did not drain within %v; leaving the CE state allocated", e.rank, e.limit())
 			return
 		}
+		e.freeMu.Lock()
+		defer e.freeMu.Unlock()
 		if err := e.release(); err != nil && !errors.Is(err, hip.ErrDeinitialized) {
 			log.Warnf("ce close: rank %d: %v", e.rank, err)
 		}
@@ -319,7 +327,12 @@ func (e *Engine) Abort() {
 // communicator's watchdog polls it (with Seq) to find a call that makes no
 // progress.
 func (e *Engine) Pending() bool {
-	if e == nil || e.closed.Load() || e.issued.Load() == 0 {
+	if e == nil {
+		return false
+	}
+	e.freeMu.RLock()
+	defer e.freeMu.RUnlock()
+	if e.closed.Load() || e.issued.Load() == 0 {
 		return false
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {

@@ -147,6 +147,13 @@ func (e *Engine) chooseEvents(p *plan, capturing bool) bool {
 
 func (e *Engine) step(k int) error {
 	c := &e.cur
+	// A call prepared before Close: Close frees the state under mu once
+	// closed is set, so a step that holds mu and sees it clear runs on
+	// whole state (see freeMu).
+	if e.closed.Load() {
+		c.next = c.total
+		return result.Errorf(result.InvalidUsage, "ce %s: the CE engine of this communicator was finalized during the call", c.a.Func)
+	}
 	if k != c.next || k >= c.total {
 		return result.Errorf(result.InternalError, "ce %s: step %d out of order (next %d of %d)", c.a.Func, k, c.next, c.total)
 	}
