@@ -63,20 +63,20 @@ const (
 	NumFuncs          Func = 11
 )
 
-var funcNames = [NumFuncs]string{"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
-	"SendRecv", "Send", "Recv", "AlltoAll", "Scatter", "Gather"}
-
-// String names f as NCCL does ("AllGather"); static text, so error paths
-// allocate only when they format.
+// String names f as NCCL does ("AllGather"): its row's name (op.go).
 func (f Func) String() string {
-	if f < 0 || f >= NumFuncs {
-		return "unknown collective"
+	if o := OpOf(f); o != nil {
+		return o.Name
 	}
-	return funcNames[f]
+	return "unknown collective"
 }
 
-// Rooted reports whether f has a root (Scatter, Gather).
-func (f Func) Rooted() bool { return f == FuncScatter || f == FuncGather }
+// Rooted reports whether f has a root (its row's Arg: Scatter, Gather,
+// Broadcast, Reduce).
+func (f Func) Rooted() bool {
+	o := OpOf(f)
+	return o != nil && o.Rooted()
+}
 
 // NumTypes is ncclNumTypes.
 const NumTypes = 12

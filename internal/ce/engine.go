@@ -406,17 +406,16 @@ func (e *Engine) afterTail(s hip.Stream) error {
 	return e.rt.StreamWaitEvent(s, e.tailEv)
 }
 
-// Implemented reports whether fn can run on copy engines with rt: the four
-// data-movement collectives on a runtime that has stream memory operations
-// (Caps.StreamMemOps). redOp is ignored; datatype must be an NCCL type.
+// Implemented reports whether fn can run on copy engines with rt: an
+// operation whose row says CE (op.go) on a runtime that has stream memory
+// operations (Caps.StreamMemOps). redOp is ignored; datatype must be an
+// NCCL type.
 func Implemented(rt hip.Runtime, fn Func, redOp int32, datatype int32) bool {
 	_ = redOp
 	if rt == nil || datatype < 0 || datatype >= NumTypes {
 		return false
 	}
-	switch fn {
-	case FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather:
-	default:
+	if o := OpOf(fn); o == nil || !o.CE {
 		return false
 	}
 	return rt.Caps().StreamMemOps

@@ -17,19 +17,13 @@ import (
 // Paths: how a rank reaches its peers' buffers.
 //   - group: every rank's buffers are known (Args.PeerSend/PeerRecv: all
 //     ranks issued in one group of one thread).
-//   - window: the deciding buffer lies in a symmetric window, so a peer's
-//     buffer is at a computable offset of the peer's window. The pointer
-//     assumed symmetric (the same window offset on every rank):
-//       AllGather, AlltoAll: recvbuff;
-//       Scatter: recvbuff, or, when the root is in place (recvbuff ==
-//         sendbuff + root*count), sendbuff: the in-place layout (one
-//         buffer buf per rank, recvbuff = buf + rank*count on every rank);
-//       Gather: sendbuff, or, when the root is in place (sendbuff ==
-//         recvbuff + root*count), recvbuff, with sendbuff = buf +
-//         rank*count on every rank.
-//     Only the root copies on the rooted window path, so only it needs to
-//     know which form it is; the peers decide the path by the same
-//     buffer (Scatter: recvbuff, Gather: sendbuff), which lies in the
+//   - window: the deciding buffer (the operation's row, op.go: Decides)
+//     lies in a symmetric window, so a peer's buffer is at a computable
+//     offset of the peer's window: that of the pointer NCCL's contract
+//     makes symmetric (Op.Symmetric: the deciding buffer, or a rooted
+//     root's longer buffer in the in-place layout). Only the root copies
+//     on the rooted window path, so only it needs to know which form it
+//     is; the peers decide the path by the same buffer, which lies in the
 //     window in both forms.
 //   - staged: anything else; blocks go through the receivers' staging
 //     windows, in rounds of what they hold.
@@ -86,17 +80,8 @@ type plan struct {
 // build plans a validated call on every rank alike.
 func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
 	*p = plan{a: *a, chunk: chunk, rounds: 1, sub: 1, per: 2}
-	n, me, c := e.n, e.rank, a.Root
-	switch a.Func {
-	case FuncAllGather:
-		p.inPlace = a.Send == a.Recv+hip.DevicePtr(uintptr(me)*chunk)
-	case FuncAlltoAll:
-		p.inPlace = a.Send == a.Recv
-	case FuncScatter:
-		p.inPlace = me == c && a.Recv == a.Send+hip.DevicePtr(uintptr(c)*chunk)
-	case FuncGather:
-		p.inPlace = me == c && a.Send == a.Recv+hip.DevicePtr(uintptr(c)*chunk)
-	}
+	n := e.n
+	p.inPlace = OpOf(a.Func).InPlace(a, e.rank)
 	if err := e.route(p, a); err != nil {
 		return err
 	}
@@ -146,7 +131,6 @@ func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
 // route chooses the path from the deciding buffer (see the top of the
 // file) and, on the window path, the offset of the symmetric pointer.
 func (e *Engine) route(p *plan, a *Args) error {
-	n, chunk := uintptr(e.n), p.chunk
 	switch {
 	case e.n == 1:
 		p.path = pathLocal
@@ -160,12 +144,11 @@ func (e *Engine) route(p *plan, a *Args) error {
 		}
 		return nil
 	}
-	buf, size, win := a.Recv, chunk, a.RecvWin
-	switch a.Func {
-	case FuncAllGather, FuncAlltoAll:
-		size = n * chunk
-	case FuncGather:
-		buf, win = a.Send, a.SendWin
+	o := OpOf(a.Func)
+	buf, size := o.Deciding(a, e.n)
+	win := a.RecvWin
+	if o.Decides == SideSend {
+		win = a.SendWin
 	}
 	if win == nil {
 		var ok bool
@@ -175,16 +158,10 @@ func (e *Engine) route(p *plan, a *Args) error {
 		}
 	}
 	p.path, p.win = pathWindow, win
-	if a.Func.Rooted() && a.Root != e.rank {
+	if o.Rooted() && a.Root != e.rank {
 		return nil // only the root copies
 	}
-	sym, symSize := buf, size
-	if p.inPlace && a.Func == FuncScatter {
-		sym, symSize = a.Send, n*chunk
-	}
-	if p.inPlace && a.Func == FuncGather {
-		sym, symSize = a.Recv, n*chunk
-	}
+	sym, symSize, _ := o.Symmetric(a, e.rank, e.n)
 	var err error
 	p.wOff, err = inWindow(win, sym, symSize)
 	return err

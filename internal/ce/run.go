@@ -471,22 +471,14 @@ func (e *Engine) checkPointers(a *Args, chunk uintptr) error {
 	if !e.checkPtrs {
 		return nil
 	}
-	n := uintptr(e.n)
-	sendLen, recvLen := chunk, n*chunk
-	switch a.Func {
-	case FuncAlltoAll:
-		sendLen = n * chunk
-	case FuncScatter:
-		sendLen, recvLen = n*chunk, chunk
-	}
-	isRoot := a.Root == e.rank
-	if a.Func != FuncScatter || isRoot {
-		if err := e.checkPointer(a.Func, "sendbuff", a.Send, sendLen); err != nil {
+	o := OpOf(a.Func)
+	for _, side := range Sides {
+		if !o.Uses(side, e.rank, a.Root) {
+			continue
+		}
+		if err := e.checkPointer(a.Func, side.String(), a.Buffer(side), o.Len(side, chunk, e.n)); err != nil {
 			return err
 		}
-	}
-	if a.Func != FuncGather || isRoot {
-		return e.checkPointer(a.Func, "recvbuff", a.Recv, recvLen)
 	}
 	return nil
 }
