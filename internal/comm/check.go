@@ -164,31 +164,21 @@ func (c *Comm) checkPost(a *ce.Args) {
 	bd.at(c.rank, bd.next).post(bd.next, v)
 }
 
-// symmetricPointer is the pointer of a that NCCL's contract makes
-// symmetric (the same offset of one window on every rank; ce plan.go),
-// and the form's flags: AllGather and AlltoAll recvbuff; Scatter recvbuff,
-// or in the in-place layout (recvbuff = sendbuff + rank*count) sendbuff;
-// Gather sendbuff, or in the in-place layout (sendbuff = recvbuff +
-// rank*count) recvbuff. An in-place AlltoAll runs another plan than an
-// out-of-place one, so that form must agree too.
+// symmetricPointer is the buffer of a whose window decides the path on
+// every rank (its row's Decides, ce op.go), and the form's flags where the
+// peers' plans depend on this rank's form (Op.FormShared: every rank's
+// in-place AlltoAll swaps instead of pushing; a rooted root in place finds
+// peer r's block at its own block's offset plus (r-root)*count, where out
+// of place it finds it at the same offset). A non-root's other buffer is
+// ignored by NCCL's contract (it may be NULL, or anything): nothing of it
+// is compared.
 func symmetricPointer(a *ce.Args, rank int) (hip.DevicePtr, int32) {
-	mine := hip.DevicePtr(uintptr(rank) * a.Count * a.EltSize)
-	switch a.Func {
-	case ce.FuncAlltoAll:
-		if a.Send == a.Recv {
-			return a.Recv, flagInPlace
-		}
-	case ce.FuncScatter:
-		if a.Send != 0 && a.Recv == a.Send+mine {
-			return a.Send, flagInPlace
-		}
-	case ce.FuncGather:
-		if a.Recv != 0 && a.Send == a.Recv+mine {
-			return a.Recv, flagInPlace
-		}
-		return a.Send, 0
+	o := ce.OpOf(a.Func)
+	p, _ := o.Deciding(a, 0)
+	if o.FormShared(rank, a.Root) && o.InPlace(a, rank) {
+		return p, flagInPlace
 	}
-	return a.Recv, 0
+	return p, 0
 }
 
 // windowIndex is w's registration number, the same on every rank.
@@ -258,25 +248,46 @@ func (v sig) sameCall(o sig) bool {
 		(!ce.Func(v.fn).Rooted() || v.root == o.root)
 }
 
-// mismatch compares what must agree: the call, its form, capture, and
-// where the symmetric pointer lies: in the same window at the same offset
-// on both ranks, or in no window on both (one rank would go zero-copy into
-// the other's window while that one waits for staged data: NCCL's
-// symmetric-registration contract is broken).
-//
-// The form matters only on the window path (staged blocks go through the
-// staging windows whatever the layout).
-func (v sig) mismatch(o sig) bool {
-	if v.fn != o.fn || v.count != o.count || v.dt != o.dt || v.flags&flagCaptured != o.flags&flagCaptured {
-		return true
-	}
-	if ce.Func(v.fn).Rooted() && v.root != o.root {
+// mismatch compares what must agree between rank vr's descriptor v and
+// rank or's o: the call, its capture, and whether the deciding buffer
+// (symmetricPointer) lies in a window on both, the same one (one rank
+// would go zero-copy into the other's window while that one waits for
+// staged data: NCCL's symmetric-registration contract is broken), at the
+// offsets the plan assumes: the same on every rank, but for the root of a
+// rooted call in place, whose peer r's block lies (r-root)*count after
+// its own. Only the root copies a rooted call, so two non-roots compare
+// nothing of their offsets; and the form matters only on the window path
+// (staged blocks go through the staging windows whatever the layout).
+func (v sig) mismatch(vr int, o sig, or int) bool {
+	if !v.sameCall(o) {
 		return true
 	}
 	if (v.win >= 0) != (o.win >= 0) {
 		return true
 	}
-	return v.win >= 0 && (v.win != o.win || v.off != o.off || v.flags != o.flags)
+	if v.win < 0 {
+		return false
+	}
+	if v.win != o.win {
+		return true
+	}
+	if !ce.Func(v.fn).Rooted() {
+		return v.off != o.off || v.flags&flagInPlace != o.flags&flagInPlace
+	}
+	root, peer, rootSig, peerSig := vr, or, v, o
+	switch int(v.root) {
+	case vr:
+	case or:
+		root, peer, rootSig, peerSig = or, vr, o, v
+	default:
+		return false // two non-roots
+	}
+	want := rootSig.off
+	if rootSig.flags&flagInPlace != 0 {
+		chunk := v.count * uint64(ce.TypeSize(v.dt))
+		want += uint64(peer-root) * chunk // the in-place layout's block of peer
+	}
+	return peerSig.off != want
 }
 
 func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
@@ -333,10 +344,10 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 				}
 				return nil // not posted yet
 			}
-			if mine.mismatch(theirs) {
+			if mine.mismatch(c.rank, theirs, r) {
 				why := "differs between ranks"
 				if mine.sameCall(theirs) {
-					why = "breaks NCCL's symmetric-registration contract (every rank passes its buffer at the same offset of one NCCL_WIN_COLL_SYMMETRIC window, in the same form, or none does)"
+					why = "breaks NCCL's symmetric-registration contract (every rank passes its buffer at the same offset of one NCCL_WIN_COLL_SYMMETRIC window, or none does; a rooted call in place: rank r's block at buf + r*count)"
 				}
 				return result.Errorf(result.InvalidUsage, "CECOLL_CHECK: collective #%d %s: rank %d issued %v; rank %d issued %v", seq, why, c.rank, mine, r, theirs)
 			}

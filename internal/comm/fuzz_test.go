@@ -299,10 +299,15 @@ func FuzzBoardSlot(f *testing.F) {
 		if !ok {
 			return
 		}
-		mine := sig{fn: int32(ce.FuncAllGather), dt: 7, count: 4096, win: 2, off: 8192}
 		_ = theirs.String()
-		_ = mine.mismatch(theirs)
-		_ = mine.sameCall(theirs)
+		for _, mine := range []sig{
+			{fn: int32(ce.FuncAllGather), dt: 7, count: 4096, win: 2, off: 8192},
+			{fn: int32(ce.FuncGather), dt: 7, root: 1, flags: flagInPlace, count: 4096, win: 2, off: 8192},
+		} {
+			_ = mine.mismatch(0, theirs, 1)
+			_ = theirs.mismatch(1, mine, 0)
+			_ = mine.sameCall(theirs)
+		}
 	})
 }
 
