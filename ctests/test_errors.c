@@ -9,11 +9,15 @@
  * ncclInvalidUsage: collectives on an aborted or finalized communicator or
  * after ncclCeFinalize, and reductions (copy engines cannot reduce).
  * Also ncclGetErrorString for every code, and the texts: the call named
- * once, the datatype by name, advice that holds at cecoll's default level. */
+ * once, the datatype by name, advice that holds at cecoll's default level.
+ * "Leaves the library usable" holds for a communicator of one rank; on two
+ * or more, a collective refused on one rank fails the communicator on every
+ * rank (its peers would pair their parts with its next call). */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -286,6 +290,157 @@ static void check_dead_comms(void* dev, cudaStream_t s) {
   EXPECT_REFUSED(ncclScatter(dev, (char*)dev + 4096, 4, ncclInt8, 0, comm, s), ncclInvalidUsage);
 }
 
+/* A refusal on one rank of two fails the communicator on both: rank 0's
+ * AllGather has a NULL recvbuff, rank 1's is fine. Without the failure rank
+ * 1's call would wait for rank 0's next AllGather and pair with it, both
+ * returning success with the other call's data, or wait out CECOLL_TIMEOUT. */
+typedef struct {
+  t_world* w;
+  t_barrier* bar;
+  void* buf[2];
+  ncclResult_t first[2], later[2];
+} refusal_arg;
+
+/* Rank 1's call is enqueued before rank 0's is refused. */
+static void refusal_rank(int r, void* p) {
+  refusal_arg* a = (refusal_arg*)p;
+  char* b = (char*)a->buf[r];
+  if (r == 0) t_barrier_wait(a->bar);
+  a->first[r] = ncclAllGather(b, r == 0 ? NULL : b + 4096, 4, ncclInt32, a->w->comm[r], a->w->stream[r]);
+  if (r == 1) t_barrier_wait(a->bar);
+}
+
+static void refusal_later(int r, void* p) {
+  refusal_arg* a = (refusal_arg*)p;
+  char* b = (char*)a->buf[r];
+  a->later[r] = ncclAllGather(b, b + 4096, 4, ncclInt32, a->w->comm[r], a->w->stream[r]);
+}
+
+static void check_one_rank_refusal(void) {
+  t_world w;
+  refusal_arg a;
+  t_set_case("a refusal on one rank fails every rank");
+  memset(&a, 0, sizeof a);
+  t_world_init_threads(&w, 2);
+  a.w = &w;
+  a.bar = t_barrier_new(2);
+  for (int r = 0; r < 2; r++) {
+    CHECK(cecollSetDevice(w.dev[r]));
+    CHECK(ncclMemAlloc(&a.buf[r], 2 * 4096));
+  }
+  t_run_threads(&w, refusal_rank, &a);
+  EXPECT(a.first[0] == ncclInvalidArgument, "rank 0's AllGather with recvbuff NULL -> %d, want ncclInvalidArgument",
+         (int)a.first[0]);
+  EXPECT(a.first[1] == ncclSuccess, "rank 1's AllGather -> %d, want ncclSuccess (it is enqueued)", (int)a.first[1]);
+  for (int r = 0; r < 2; r++) {
+    ncclResult_t st = ncclSuccess;
+    /* Promptly: 10 s, against CECOLL_TIMEOUT's 600. */
+    for (int i = 0; i < 10000 && st == ncclSuccess; i++) {
+      CHECK(ncclCommGetAsyncError(w.comm[r], &st));
+      if (st == ncclSuccess) usleep(1000);
+    }
+    EXPECT(st != ncclSuccess && st != ncclInProgress, "rank %d: no asynchronous error after rank 0's refusal", r);
+    CHECK(cecollSetDevice(w.dev[r]));
+    EXPECT_RESULT(cecollStreamSynchronize(w.stream[r]), ncclSuccess);
+  }
+  t_run_threads(&w, refusal_later, &a);
+  for (int r = 0; r < 2; r++) {
+    EXPECT(a.later[r] != ncclSuccess, "rank %d's AllGather after the refusal succeeded", r);
+    EXPECT(strstr(ncclGetLastError(w.comm[r]), "refused") != NULL, "rank %d's last error \"%s\" does not name the refusal",
+           r, ncclGetLastError(w.comm[r]));
+  }
+  for (int r = 0; r < 2; r++) {
+    CHECK(cecollSetDevice(w.dev[r]));
+    CHECK(cecollStreamDestroy(w.stream[r]));
+    CHECK(ncclCommDestroy(w.comm[r]));
+    CHECK(ncclMemFree(a.buf[r]));
+  }
+  t_barrier_free(a.bar);
+}
+
+/* CECOLL_CHECK compares only what NCCL's contract makes every rank agree
+ * on: in-place Gather and Scatter (the in-place rooted layout, root 1 of 2)
+ * whose non-root passes NULL for the buffer it does not use are valid, and
+ * the check reports nothing. The library reads CECOLL_CHECK at load: this
+ * runs in a child started with it (check_rooted_child). */
+typedef struct {
+  t_world* w;
+  void* buf[2];
+  ncclWindow_t win[2];
+  ncclResult_t res[2][2];
+} rooted_arg;
+
+enum { ROOTED_COUNT = 256 };
+
+static void rooted_register(int r, void* p) {
+  rooted_arg* a = (rooted_arg*)p;
+  CHECK(ncclMemAlloc(&a->buf[r], 4096));
+  CHECK(ncclCommWindowRegister(a->w->comm[r], a->buf[r], 4096, &a->win[r], NCCL_WIN_COLL_SYMMETRIC));
+}
+
+static void rooted_rank(int r, void* p) {
+  rooted_arg* a = (rooted_arg*)p;
+  char* buf = (char*)a->buf[r];
+  char* block = buf + r * ROOTED_COUNT;
+  ncclComm_t c = a->w->comm[r];
+  cudaStream_t s = a->w->stream[r];
+  /* Gather: sendbuff = buf + rank*count, the root's recvbuff = buf. */
+  a->res[r][0] = ncclGather(block, r == 1 ? buf : NULL, ROOTED_COUNT, ncclInt8, 1, c, s);
+  /* Scatter: recvbuff = buf + rank*count, the root's sendbuff = buf. */
+  a->res[r][1] = ncclScatter(r == 1 ? buf : NULL, block, ROOTED_COUNT, ncclInt8, 1, c, s);
+}
+
+static void check_rooted_child(void) {
+  t_world w;
+  rooted_arg a;
+  unsigned char host[2 * ROOTED_COUNT];
+  t_set_case("CECOLL_CHECK=1: in-place rooted calls, non-root buffers NULL");
+  memset(&a, 0, sizeof a);
+  t_world_init_threads(&w, 2);
+  a.w = &w;
+  t_run_threads(&w, rooted_register, &a);
+  for (int r = 0; r < 2; r++) {
+    for (int i = 0; i < 2 * ROOTED_COUNT; i++) host[i] = (unsigned char)(r * 100 + i);
+    CHECK(cecollSetDevice(w.dev[r]));
+    CHECK(cecollMemcpy(a.buf[r], host, sizeof host));
+  }
+  t_run_threads(&w, rooted_rank, &a);
+  for (int r = 0; r < 2; r++) {
+    EXPECT(a.res[r][0] == ncclSuccess && a.res[r][1] == ncclSuccess, "rank %d: Gather -> %d, Scatter -> %d", r,
+           (int)a.res[r][0], (int)a.res[r][1]);
+    CHECK(cecollSetDevice(w.dev[r]));
+    CHECK(cecollStreamSynchronize(w.stream[r]));
+  }
+  usleep(100 * 1000); /* the check's watchers scan every 2 ms */
+  for (int r = 0; r < 2; r++) {
+    ncclResult_t st;
+    CHECK(ncclCommGetAsyncError(w.comm[r], &st));
+    EXPECT(st == ncclSuccess, "rank %d: CECOLL_CHECK reported a valid program: %s", r, ncclGetLastError(w.comm[r]));
+  }
+  /* Gather put rank 0's block before the root's; Scatter then gave rank 0
+   * the root's first block, which is rank 0's. */
+  CHECK(cecollMemcpy(host, a.buf[0], ROOTED_COUNT));
+  for (int i = 0; i < ROOTED_COUNT; i++)
+    if (host[i] != (unsigned char)i) {
+      EXPECT(0, "rank 0's block byte %d is %d, want %d", i, host[i], i);
+      break;
+    }
+  for (int r = 0; r < 2; r++) {
+    CHECK(cecollSetDevice(w.dev[r]));
+    CHECK(ncclCommWindowDeregister(w.comm[r], a.win[r]));
+    CHECK(ncclMemFree(a.buf[r]));
+  }
+  t_world_destroy(&w);
+}
+
+static void check_rooted_under_check(const char* self) {
+  char* env[] = {"CECOLL_CHECK=1", "CECOLL_TEST_CHILD=check-rooted", NULL};
+  char* args[] = {NULL};
+  t_set_case("CECOLL_CHECK=1: in-place rooted calls, non-root buffers NULL (child)");
+  fflush(stdout);
+  EXPECT(t_spawn_self(self, env, args) == 0, "the CECOLL_CHECK child failed");
+}
+
 static void check_windows(void) {
   ncclComm_t comm = new_comm();
   void* buf;
@@ -403,6 +558,10 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   t_parse(&o, argc, argv);
   t_watchdog(300);
+  if (getenv("CECOLL_TEST_CHILD") && strcmp(getenv("CECOLL_TEST_CHILD"), "check-rooted") == 0) {
+    RUN(check_rooted_child());
+    return t_report(argv[0]);
+  }
   CHECK(cecollSetDevice(0));
   CHECK(cecollStreamCreate(&s));
   CHECK(ncclMemAlloc(&dev, 2 * 4096));
@@ -413,6 +572,8 @@ int main(int argc, char** argv) {
   RUN(check_collective_args(dev, s));
   RUN(check_reductions(dev, s));
   RUN(check_dead_comms(dev, s));
+  RUN(check_one_rank_refusal());
+  RUN(check_rooted_under_check(argv[0]));
   RUN(check_windows());
   RUN(check_init_args());
   RUN(check_other_entry_points(dev, s));

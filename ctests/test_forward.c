@@ -22,7 +22,8 @@
  * split; finalize, destroy and abort reaching the fake; errors from
  * either side; a forked child refused; and, between processes: pairing, two processes on one
  * device (the fake refuses the layout: CE-only, the rest refused with its
- * reason), and ranks that disagree on CECOLL_ROUTE.
+ * reason), ranks that disagree on CECOLL_ROUTE, and one hardware queue
+ * (CECOLL_HOST_QUEUES=1, CECOLL_ROUTE=ce): every call forwarded.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -634,13 +635,13 @@ static int child_main(int argc, char** argv) {
   float* a = calloc(n * LARGE, sizeof(float));
   float* b = calloc(n * LARGE, sizeof(float));
   fill(a, LARGE, 1.0f + r);
-  EXPECT_OK(ncclAllGather(a, b, LARGE, ncclFloat32, c, s)); /* the copy engines */
+  EXPECT_OK(ncclAllGather(a, b, LARGE, ncclFloat32, c, s)); /* the copy engines; queues: the fake */
   REQUIRE_OK(cStreamSynchronize(s));
   EXPECT(all_equal(b + LARGE, LARGE, 2.0f), "large AllGather from rank 1");
   EXPECT_OK(ncclAllGather(a, b, SMALL, ncclFloat32, c, s)); /* pair: the fake; onegpu: the copy engines */
   REQUIRE_OK(cStreamSynchronize(s));
   EXPECT(all_equal(b + SMALL, SMALL, 2.0f), "small AllGather from rank 1");
-  if (strcmp(what, "pair") == 0) {
+  if (strcmp(what, "pair") == 0 || strcmp(what, "queues") == 0) {
     EXPECT_OK(ncclAllReduce(a, b, SMALL, ncclFloat32, ncclSum, c, s));
     REQUIRE_OK(cStreamSynchronize(s));
     EXPECT(b[2] == 3.0f + 2.0f * 2.0f, "AllReduce between processes: %g", b[2]);
@@ -655,7 +656,8 @@ static int child_main(int argc, char** argv) {
   return failed != 0;
 }
 
-static void check_processes(const char* what, const char* dev0, const char* dev1, const char* route1) {
+/* both: variables set in every rank's environment (NULL ended; NULL: none). */
+static void check_processes(const char* what, const char* dev0, const char* dev1, const char* route1, char* const* both) {
   ncclUniqueId id;
   char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
   pid_t pids[N];
@@ -667,7 +669,7 @@ static void check_processes(const char* what, const char* dev0, const char* dev1
     char rank[8], n[8], dev[32], route[64];
     int ne = 0;
     while (environ[ne]) ne++;
-    char** env = calloc(ne + 3, sizeof(char*));
+    char** env = calloc(ne + 8, sizeof(char*));
     int k = 0;
     for (int i = 0; i < ne; i++)
       if (strncmp(environ[i], "FAKE_NCCL_DEV=", 14) != 0 && strncmp(environ[i], "CECOLL_ROUTE=", 13) != 0)
@@ -678,6 +680,7 @@ static void check_processes(const char* what, const char* dev0, const char* dev1
       snprintf(route, sizeof route, "CECOLL_ROUTE=%s", route1);
       env[k++] = route;
     }
+    for (int i = 0; both && both[i]; i++) env[k++] = both[i];
     snprintf(rank, sizeof rank, "%d", r);
     snprintf(n, sizeof n, "%d", N);
     char* args[] = {"test_forward", "child", (char*)what, hex, rank, n, NULL};
@@ -702,6 +705,10 @@ static void check_processes(const char* what, const char* dev0, const char* dev1
   if (strcmp(what, "pair") == 0)
     EXPECT(log_count("AllReduce", NULL) == N && log_count("AllGather", NULL) == N, "between processes: the fake ran %d AllReduce, %d AllGather",
            log_count("AllReduce", NULL), log_count("AllGather", NULL));
+  if (strcmp(what, "queues") == 0)
+    EXPECT(log_count("AllReduce", NULL) == N && log_count("AllGather", NULL) == 2 * N,
+           "one hardware queue: the fake ran %d AllReduce, %d AllGather (every call forwarded)", log_count("AllReduce", NULL),
+           log_count("AllGather", NULL));
 }
 
 int main(int argc, char** argv) {
@@ -729,9 +736,14 @@ int main(int argc, char** argv) {
   check_fork();
   finish_all();
   check_threads();
-  check_processes("pair", "0", "1", NULL);
-  check_processes("onegpu", "0", "0", NULL);
-  check_processes("mismatch", "0", "1", "ce");
+  check_processes("pair", "0", "1", NULL, NULL);
+  check_processes("onegpu", "0", "0", NULL, NULL);
+  check_processes("mismatch", "0", "1", "ce", NULL);
+  /* One hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1 on a
+   * GPU), CECOLL_ROUTE=ce: copy engines cannot run safely, so every rank
+   * forwards every call; the init succeeds. */
+  char* queues[] = {"CECOLL_HOST_QUEUES=1", "CECOLL_ROUTE=ce", NULL};
+  check_processes("queues", "0", "1", NULL, queues);
   if (lp == NULL) unlink(log_path);
   printf("test_forward: %d passed, %d failed\n", passed, failed);
   return failed != 0 || passed == 0;

@@ -24,6 +24,8 @@
  *                   ncclInvalidArgument from ncclCommInitRank, at once
  *   missing_rank    nranks 3, 2 processes: both fail, no hang
  *   duplicate_rank  two processes claiming rank 0 (and 1,1 of 3): errors
+ *   settings_differ 4 processes, CECOLL_INTRA_BATCH_SYNC_FREQ set in one:
+ *                   every init fails, naming the variable
  *   kill_rank<R>    rank R SIGKILLed while every rank loops on collectives:
  *                   the survivors see ncclRemoteError or a failed call
  *                   within 15 s (CECOLL_TIMEOUT=10); every later call
@@ -168,6 +170,7 @@ typedef struct {
   int victim;  /* kill: the rank the parent kills */
   int park;    /* kill: 1 the victim stops calling first, so the survivors' streams block on it;
                 * 2 the same, then it calls ncclCommAbort and stays alive */
+  const char* want; /* init_error: a text the last error must hold */
 } child_cfg;
 
 static int child_arg(const char* a, const char* key, const char** val) {
@@ -210,6 +213,8 @@ static void parse_child(int argc, char** argv, child_cfg* c) {
       c->victim = atoi(v);
     else if (child_arg(argv[i], "park", &v))
       c->park = atoi(v);
+    else if (child_arg(argv[i], "want", &v))
+      c->want = v;
     else
       t_fatal_at(__FILE__, __LINE__, "unknown child argument %s", argv[i]);
   }
@@ -642,6 +647,9 @@ static int child_init_error(const child_cfg* c, const char* prog, double bound) 
          ncclGetErrorString(r), dt, r == ncclSuccess ? "" : ncclGetLastError(NULL));
   EXPECT(r != ncclSuccess, "ncclCommInitRank succeeded");
   EXPECT(dt < bound, "ncclCommInitRank took %.2f s, bound %.0f s", dt, bound);
+  if (c->want && r != ncclSuccess)
+    EXPECT(strstr(ncclGetLastError(NULL), c->want) != NULL, "the last error \"%s\" lacks \"%s\"",
+           ncclGetLastError(NULL), c->want);
   if (r == ncclSuccess) {
     for (int l = 0; l < w.nlocal; l++) (void)ncclCommAbort(w.comm[l]);
   }
@@ -1074,6 +1082,28 @@ static void scen_init_error(const char* name, int n, const int* ranks, int procs
   mp_close(ch, procs);
 }
 
+/* settings_differ: 4 processes, the engine's sub-batch frequency set in
+ * rank 0's alone (the threshold alike in all), which made their first
+ * AllGather move wrong bytes: every rank's init fails, naming it. */
+static void scen_settings(const char* name) {
+  enum { N = 4 };
+  mp_child ch[N];
+  char hex[MP_ID_HEX];
+  char thr[] = "CECOLL_INTRA_BATCH_SYNC_THRESHOLD=4096", freq[] = "CECOLL_INTRA_BATCH_SYNC_FREQ=1";
+  char* env0[] = {env_watchdog, env_boot, thr, freq, NULL};
+  char* env[] = {env_watchdog, env_boot, thr, NULL};
+  new_id(hex, NULL);
+  set_child_env(5);
+  memset(ch, 0, sizeof ch);
+  for (int p = 0; p < N; p++)
+    if (spawn_role(&ch[p], "init_error", N, p, 1, hex, "0", 0, 1, p == 0 ? env0 : env,
+                   "want=ranks disagree on CECOLL_INTRA_BATCH_SYNC_FREQ") != 0)
+      EXPECT(0, "%s: spawn", name);
+  mp_wait_all(ch, N, deadline_for(30), name);
+  expect_children_ok(name, ch, N);
+  mp_close(ch, N);
+}
+
 static void scen_kill(const char* name, int n, int victim, int park) {
   mp_child ch[MAX_PROCS];
   char hex[MP_ID_HEX], line[128], st[64], vflag[32], pflag[32];
@@ -1169,7 +1199,7 @@ typedef struct {
   int kind, procs, nlocal, victim, park;
 } scenario;
 
-enum { S_DATA, S_ID0, S_STRANGER, S_GARBAGE, S_MISSING, S_DUP, S_KILL };
+enum { S_DATA, S_ID0, S_STRANGER, S_GARBAGE, S_MISSING, S_DUP, S_SETTINGS, S_KILL };
 
 static int build_scenarios(scenario* s, int max) {
   int k = 0;
@@ -1194,6 +1224,7 @@ static int build_scenarios(scenario* s, int max) {
   ADD("garbage_id", S_GARBAGE, 1, 1, -1);
   ADD("missing_rank", S_MISSING, 2, 1, -1);
   ADD("duplicate_rank", S_DUP, 2, 1, -1);
+  ADD("settings_differ", S_SETTINGS, 4, 1, -1);
   ADD("kill_rank2", S_KILL, 3, 1, 2);
   if (!opts.quick) ADD("kill_rank0", S_KILL, 2, 1, 0);
   ADD("kill_parked", S_KILL, 3, 1, 1);
@@ -1229,6 +1260,7 @@ static void run_scenario(const scenario* s) {
       scen_init_error(s->name, 3, r011, 3);
       break;
     }
+    case S_SETTINGS: scen_settings(s->name); break;
     case S_KILL: scen_kill(s->name, s->procs, s->victim, s->park); break;
   }
   mp_dir_snapshot("/dev/shm", &after);

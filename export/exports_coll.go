@@ -72,16 +72,18 @@ func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.c
 	if err != nil {
 		return toResult(call, err)
 	}
+	// A refusal of the arguments fails the communicator of several
+	// ranks, as comm's own do (Comm.Refuse).
 	if args == nil {
-		return toResult(call, argErr(call, "NULL args"))
+		return toResult(call, c.Refuse(argErr(call, "NULL args")))
 	}
 	sw, err := windowOf(call, h, args.sendWin)
 	if err != nil {
-		return toResult(call, err)
+		return toResult(call, c.Refuse(err))
 	}
 	rw, err := windowOf(call, h, args.recvWin)
 	if err != nil {
-		return toResult(call, err)
+		return toResult(call, c.Refuse(err))
 	}
 	a := comm.LaunchArgs{Func: comm.Func(args._func), Root: int(args.rootRank), Datatype: int32(args.datatype),
 		Count: uintptr(args.nElts), EltSize: uintptr(args.eltSize),

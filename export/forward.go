@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"cecoll/internal/comm"
 	"cecoll/internal/forward"
 	"cecoll/internal/result"
 )
@@ -215,28 +216,26 @@ func (l *realLib) GroupSimulateEnd(info unsafe.Pointer) error {
 }
 
 // What cecoll says of the functions it does not provide, without a real
-// library to forward them to.
-const (
-	whyReduce = "reductions need compute; cecoll moves data only"
-	whyBcast  = "broadcast is not provided by cecoll (copy engines run AllGather, AlltoAll, Scatter and Gather)"
-	whyP2P    = "point-to-point send/recv is not provided by cecoll (copy engines run AllGather, AlltoAll, Scatter and Gather)"
-)
+// library to forward them to; which operations copy engines run is their
+// table's (comm.Provided).
+const whyReduce = "reductions need compute; cecoll moves data only"
 
 func notProvided(call string) string {
+	ceRuns := " is not provided by cecoll (copy engines run " + comm.Provided() + ")"
 	switch call {
 	case "ncclReduce", "ncclAllReduce", "ncclReduceScatter", "ncclReduceConfig", "ncclAllReduceConfig",
 		"ncclReduceScatterConfig", "ncclRedOpCreatePreMulSum":
 		return whyReduce
 	case "ncclBcast", "ncclBroadcast", "ncclBroadcastConfig":
-		return whyBcast
+		return "broadcast" + ceRuns
 	case "ncclSend", "ncclRecv":
-		return whyP2P
+		return "point-to-point send/recv" + ceRuns
 	case "ncclRedOpDestroy":
 		return "not an operator made by ncclRedOpCreatePreMulSum (cecoll makes none)"
 	case "ncclCommRevoke":
 		return "revoking a communicator is not provided by cecoll (use ncclCommAbort)"
 	}
-	return call + " is not provided by cecoll (copy engines run AllGather, AlltoAll, Scatter and Gather)"
+	return call + ceRuns
 }
 
 // goexp_xfwdRefuse is the refusal of a stub of fwd_stubs.S (through

@@ -202,22 +202,6 @@ int main(void) {
   run_collectives("InitAll");
   run_graphs();
 
-  /* Errors. */
-  CHECK(ncclAllReduce(sendb[0], recvb[0], 1, ncclFloat, ncclSum, comms[0], streams[0]) == ncclInvalidUsage,
-        "AllReduce");
-  CHECK(strstr(ncclGetLastError(NULL), "reductions need compute") != NULL, "text: %s", ncclGetLastError(NULL));
-  CHECK(ncclAllGather(sendb[0], recvb[0], 1, (ncclDataType_t)99, comms[0], streams[0]) == ncclInvalidArgument,
-        "datatype");
-  CHECK(ncclScatter(sendb[0], recvb[0], 1, ncclInt8, N, comms[0], streams[0]) == ncclInvalidArgument, "root");
-  CHECK(ncclAllGather(sendb[0], recvb[0], (size_t)-1 / 2, ncclInt64, comms[0], streams[0]) == ncclInvalidArgument,
-        "overflow");
-  CHECK(ncclAllGather(NULL, recvb[0], 1, ncclInt8, comms[0], streams[0]) == ncclInvalidArgument, "NULL send");
-  CHECK(ncclAllGather(sendb[0], recvb[0], 1, ncclInt8, NULL, streams[0]) == ncclInvalidArgument, "NULL comm");
-  char garbage[64];
-  memset(garbage, 0x5a, sizeof(garbage));
-  CHECK(ncclCommDestroy((ncclComm_t)garbage) == ncclInvalidArgument, "garbage comm");
-  for (int k = 0; k < ncclNumResults; k++) CHECK(ncclGetErrorString((ncclResult_t)k)[0] != 0, "string %d", k);
-
   /* Windows: aligned is fine, misaligned is refused on every rank. */
   ncclWindow_t wins[N];
   OK(ncclGroupStart());
@@ -229,6 +213,27 @@ int main(void) {
   for (int r = 0; r < N; r++) ncclCommWindowRegister(comms[r], (char*)recvb[r] + 64, 4096, &wins[r], 0);
   CHECK(ncclGroupEnd() == ncclInvalidArgument, "misaligned window");
   for (int r = 0; r < N; r++) ncclCommWindowDeregister(comms[r], wins[r]);
+
+  /* Errors. A reduction is refused alike on every rank: the communicator
+   * stays usable. */
+  CHECK(ncclAllReduce(sendb[0], recvb[0], 1, ncclFloat, ncclSum, comms[0], streams[0]) == ncclInvalidUsage,
+        "AllReduce");
+  CHECK(strstr(ncclGetLastError(NULL), "reductions need compute") != NULL, "text: %s", ncclGetLastError(NULL));
+  ncclResult_t ae;
+  OK(ncclCommGetAsyncError(comms[1], &ae));
+  CHECK(ae == ncclSuccess, "async %d after a reduction's refusal", ae);
+  CHECK(ncclAllGather(sendb[0], recvb[0], 1, ncclInt8, NULL, streams[0]) == ncclInvalidArgument, "NULL comm");
+  char garbage[64];
+  memset(garbage, 0x5a, sizeof(garbage));
+  CHECK(ncclCommDestroy((ncclComm_t)garbage) == ncclInvalidArgument, "garbage comm");
+  for (int k = 0; k < ncclNumResults; k++) CHECK(ncclGetErrorString((ncclResult_t)k)[0] != 0, "string %d", k);
+  /* A bad argument on one rank: refused, and the communicator fails on
+   * every rank (its peers would pair their parts with its next call). */
+  CHECK(ncclAllGather(sendb[0], recvb[0], 1, (ncclDataType_t)99, comms[0], streams[0]) == ncclInvalidArgument,
+        "datatype");
+  OK(ncclCommGetAsyncError(comms[1], &ae));
+  CHECK(ae != ncclSuccess, "rank 1 did not fail after rank 0's refusal");
+  CHECK(ncclScatter(sendb[1], recvb[1], 1, ncclInt8, 0, comms[1], streams[1]) != ncclSuccess, "a call after the failure");
 
   OK(ncclCommFinalize(comms[0]));
   CHECK(ncclAllGather(sendb[0], recvb[0], 1, ncclInt8, comms[0], streams[0]) == ncclInvalidUsage, "finalized");

@@ -1,6 +1,9 @@
 package ce
 
 import (
+	"strconv"
+
+	"cecoll/internal/hip"
 	"cecoll/internal/param"
 	"cecoll/internal/result"
 )
@@ -73,6 +76,38 @@ func ConfigFromEnv() Config {
 		cfg.HubBytes = -1 // the variable's 0 is off
 	}
 	return cfg
+}
+
+// Setting is one value every rank of a communicator must run with alike,
+// named as the user sets it.
+type Setting struct{ Name, Value string }
+
+// Agreed lists what decides a communicator's plans and syncs: the
+// sub-batches of a push round (B9), the staging rounds, the shape of a
+// full sync, hub plans, event syncs, how eager flags are written, and the
+// device's multicast support (it decides the sync shape too). A rank that
+// differs in any of them runs other syncs or copies than its peers: it
+// hangs, or moves wrong bytes. So every rank must run with the same values
+// (internal/comm compares them at init). caps are the runtime's.
+func (cfg Config) Agreed(caps hip.Caps) []Setting {
+	hub := cfg.HubBytes
+	if hub < 0 {
+		hub = 0 // off, as CECOLL_HUB_BYTES=0 says it
+	}
+	events := "1"
+	if cfg.NoEvents {
+		events = "0"
+	}
+	return []Setting{
+		{param.IntraBatchSyncFreq.Name(), strconv.Itoa(cfg.IntraBatchSyncFreq)},
+		{param.IntraBatchSyncThreshold.Name(), strconv.FormatUint(cfg.IntraBatchSyncThreshold, 10)},
+		{param.StagingBytes.Name(), strconv.FormatUint(uint64(cfg.StagingBytes), 10)},
+		{param.FlagWrite.Name(), cfg.FlagWrite},
+		{param.Sync.Name(), cfg.Sync},
+		{param.HubBytes.Name(), strconv.FormatInt(hub, 10)},
+		{param.Events.Name(), events},
+		{"the device's multicast support (CECOLL_HOST_CAPS=nomulticast on the host device)", strconv.FormatBool(caps.Multicast)},
+	}
 }
 
 // normalize fills zero fields with defaults and checks the rest.

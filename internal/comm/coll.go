@@ -56,15 +56,21 @@ func (c *Comm) launch(a *ce.Args, sendWin, recvWin *Window) error {
 	if err := c.failedAsync(a.Func.String()); err != nil {
 		return err
 	}
+	if err := provided(a.Func); err != nil {
+		return err // every rank refuses it alike
+	}
+	if c.noCE != "" {
+		return result.Errorf(result.InvalidUsage, "%s: %s", a.Func, c.noCE) // alike too: agreed at init
+	}
 	if err := c.check(a, sendWin, recvWin); err != nil {
-		return err
+		return c.Refuse(err)
 	}
 	if a.Count == 0 {
 		return nil // NCCL: an empty collective is a no-op
 	}
 	if g := currentGroup(); g != nil {
 		if st := c.state(); st != stReady && st != stInit {
-			return c.usable("ncclLaunchCeColl")
+			return c.Refuse(c.usable("ncclLaunchCeColl"))
 		}
 		pc := pendingColl{c: c, seq: c.seq.Add(1), a: *a}
 		pc.a.PeerSend, pc.a.PeerRecv, pc.a.PeerEvents = nil, nil, nil
@@ -73,7 +79,7 @@ func (c *Comm) launch(a *ce.Args, sendWin, recvWin *Window) error {
 		return nil
 	}
 	if err := c.usable(a.Func.String()); err != nil {
-		return err
+		return c.Refuse(err)
 	}
 	if err := c.claimStream(a.Stream); err != nil {
 		return err
@@ -92,7 +98,7 @@ func (c *Comm) launch(a *ce.Args, sendWin, recvWin *Window) error {
 	}
 	pr, err := c.prepareLocked(&c.args)
 	if err != nil {
-		return err
+		return c.Refuse(err)
 	}
 	for k := range pr.Steps {
 		if err := c.stepLocked(a.Func, k); err != nil {
@@ -282,18 +288,48 @@ func (c *Comm) stepLocked(f ce.Func, k int) error {
 	return nil
 }
 
-// check validates one rank's arguments as NCCL's argcheck does.
+// Refuse is the error of a collective this rank refuses (its arguments,
+// its state, the engine's checks) while its peers may have issued theirs.
+// Those would wait for this rank's next call and pair with it: silent
+// wrong data, or a wait until CECOLL_TIMEOUT. So on a communicator of
+// several ranks the refusal fails the communicator, as a peer's abort
+// does: every rank learns it at once (ncclCommGetAsyncError) and refuses
+// its later calls. err itself is returned to the caller. A one-rank
+// communicator has no peer to mislead and stays usable. Refusals every
+// rank makes alike (provided) never come here.
+func (c *Comm) Refuse(err error) error {
+	if err != nil && c.size > 1 {
+		c.fail(result.Errorf(result.RemoteError, "rank %d refused a collective, so the communicator fails (no rank may pair a later call with another rank's): %w", c.rank, err))
+	}
+	return err
+}
+
+// Provided names the operations copy engines run ("AllGather, AlltoAll,
+// Scatter and Gather"), for refusals.
+func Provided() string { return ce.Provided() }
+
+// provided refuses what cecoll never runs on copy engines (the row of
+// the operation, ce op.go, says): the same answer on every rank, so the
+// communicator stays usable.
+func provided(fn ce.Func) error {
+	o := ce.OpOf(fn)
+	switch {
+	case o == nil, o.CE:
+		return nil // a value that is no operation is a bad argument: check refuses it
+	case o.Reduces:
+		return result.Errorf(result.InvalidUsage, "%s: reductions need compute; cecoll moves data only", fn)
+	}
+	return result.Errorf(result.InvalidUsage, "%s: cecoll runs %s on copy engines only", fn, ce.Provided())
+}
+
+// check validates one rank's arguments as NCCL's argcheck does, by the
+// operation's row (ce op.go): its root or peer, its buffers' lengths and
+// which ranks use them.
 func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 	name := a.Func.String()
-	switch a.Func {
-	case ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather:
-	case ce.FuncReduce, ce.FuncAllReduce, ce.FuncReduceScatter:
-		return result.Errorf(result.InvalidUsage, "%s: reductions need compute; cecoll moves data only", name)
-	default:
-		if a.Func < 0 || a.Func >= ce.NumFuncs {
-			return result.Errorf(result.InvalidArgument, "ncclLaunchCeColl: unknown collective %d", a.Func)
-		}
-		return result.Errorf(result.InvalidUsage, "%s: cecoll runs AllGather, AlltoAll, Scatter and Gather on copy engines only", name)
+	o := ce.OpOf(a.Func)
+	if o == nil {
+		return result.Errorf(result.InvalidArgument, "ncclLaunchCeColl: unknown collective %d", a.Func)
 	}
 	elt := ce.TypeSize(a.Datatype)
 	if elt == 0 {
@@ -302,12 +338,15 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 	if a.EltSize != elt {
 		return result.Errorf(result.InvalidArgument, "%s: eltSize %d does not match %s (%d bytes)", name, a.EltSize, ce.TypeName(a.Datatype), elt)
 	}
-	rooted := a.Func == ce.FuncScatter || a.Func == ce.FuncGather
-	if rooted && (a.Root < 0 || a.Root >= c.size) {
-		return result.Errorf(result.InvalidArgument, "%s: root %d out of range [0, %d)", name, a.Root, c.size)
+	if o.Arg != ce.ArgNone && (a.Root < 0 || a.Root >= c.size) {
+		what := "root"
+		if o.Arg == ce.ArgPeer {
+			what = "peer"
+		}
+		return result.Errorf(result.InvalidArgument, "%s: %s %d out of range [0, %d)", name, what, a.Root, c.size)
 	}
 	hi, chunk := bits.Mul64(uint64(a.Count), uint64(elt))
-	hi2, total := bits.Mul64(chunk, uint64(c.size))
+	hi2, total := bits.Mul64(chunk, o.MaxBlocks(c.size))
 	if hi != 0 || hi2 != 0 || total > uint64(^uintptr(0)>>1) {
 		return result.Errorf(result.InvalidArgument, "%s: count %d of %s times %d ranks overflows", name, a.Count, ce.TypeName(a.Datatype), c.size)
 	}
@@ -319,14 +358,10 @@ func (c *Comm) check(a *ce.Args, sendWin, recvWin *Window) error {
 	if a.Count == 0 {
 		return nil
 	}
-	isRoot := c.rank == a.Root
-	needSend := a.Func != ce.FuncScatter || isRoot
-	needRecv := a.Func != ce.FuncGather || isRoot
-	if needSend && a.Send == 0 {
-		return result.Errorf(result.InvalidArgument, "%s: sendbuff is NULL", name)
-	}
-	if needRecv && a.Recv == 0 {
-		return result.Errorf(result.InvalidArgument, "%s: recvbuff is NULL", name)
+	for _, side := range ce.Sides {
+		if o.Uses(side, c.rank, a.Root) && a.Buffer(side) == 0 {
+			return result.Errorf(result.InvalidArgument, "%s: %s is NULL", name, side)
+		}
 	}
 	return nil
 }

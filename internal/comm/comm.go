@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -74,6 +75,7 @@ type Comm struct {
 	devShared bool
 	oneDevice bool
 	cfg       Config
+	engCfg    ce.Config // the engine's settings, agreed among the ranks at init
 	w         *world
 	boot      Bootstrap
 	node      *nodeState // the TCP bootstrap's state (tcpboot.go); nil in-process
@@ -357,7 +359,6 @@ func (c *Comm) initCollective() error {
 		return err
 	}
 	c.oneDevice = true
-	local := 0 // ranks in this process on this device, this one included
 	me := all[c.rank]
 	for r, p := range all {
 		// Only this process's world says which ranks run here: a peer
@@ -366,9 +367,6 @@ func (c *Comm) initCollective() error {
 		same := here && p.dev == me.dev
 		if r != c.rank && same {
 			c.devShared = true
-		}
-		if same {
-			local++
 		}
 		c.oneDevice = c.oneDevice && same
 	}
@@ -380,10 +378,16 @@ func (c *Comm) initCollective() error {
 		}
 		return c.pairUp(all[0])
 	}
-	if err := checkQueues(c.rt, c.dev, local); err != nil {
+	if why := ceBlocked(all, c.lib != nil); why != "" {
+		if c.lib == nil {
+			return result.Errorf(result.InvalidUsage, "%s", why)
+		}
+		return c.forwardOnly(all[0], why)
+	}
+	if err := agreeEngine(all); err != nil {
 		return err
 	}
-	eng, err := newEngine(c, ce.ConfigFromEnv())
+	eng, err := newEngine(c, c.engCfg)
 	if err != nil {
 		return result.Errorf(result.Of(err), "rank %d: copy-engine init: %w", c.rank, err)
 	}
@@ -414,33 +418,82 @@ func (c *Comm) engine() engine {
 	return nil
 }
 
-// checkQueues refuses a communicator whose ranks in this process on dev
-// could fill the device's hardware queues. While a collective is pending
-// each rank holds two: the engine's stream parked on a flag wait, and the
+// ceBlocked says why copy engines cannot run safely on some rank of the
+// communicator ("" when they can on every rank). Every rank reads the same
+// table (exchangeInit), so all decide alike, without another round.
+//
+// Hardware queues: while a collective is pending each rank holds two of
+// its context's queues: the engine's stream parked on a flag wait, and the
 // caller's stream waiting on the engine's end event (an event wait holds a
 // queue as a flag wait does: docs/measurements.md, "Do event waits hold
 // hardware queues?"). Once every queue holds a parked stream no other
-// stream of the process runs there, the releasing writes included
-// (Caps.StreamQueues): the first collective would hang, so an error now
-// says how to fix it.
-func checkQueues(rt hip.Runtime, dev, local int) error {
-	q := rt.Caps().StreamQueues
-	if q == 0 || queuesPerRank*local < q {
-		return nil
+// stream of the process runs, the releasing writes included
+// (Caps.StreamQueues): the first collective would hang. So the ranks of
+// one process on one device need more queues than twice their number.
+//
+// Stream memory operations (Caps.StreamMemOps) are the flags' mechanism;
+// without them every collective is refused, alike on every rank, which in
+// CE-only mode is what the caller gets (forward: false), and in forward
+// mode a reason to forward everything.
+func ceBlocked(all []initInfo, forward bool) string {
+	for r, m := range all {
+		if forward && !m.memops {
+			return fmt.Sprintf("copy engines cannot run on rank %d: its runtime has no stream memory operations (they need CUDA driver >= 12.5 or HIP >= 7.0)", r)
+		}
+		local := 0 // ranks of r's process on r's device
+		for _, o := range all {
+			if o.host == m.host && o.pid == m.pid && o.dev == m.dev {
+				local++
+			}
+		}
+		if q := m.queues; q != 0 && uint64(queuesPerRank*local) >= q {
+			return fmt.Sprintf("copy engines cannot run safely on rank %d: %d ranks of this communicator share device %d in its process (pid %d), "+
+				"and each holds %d of the context's %d hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s",
+				r, local, m.dev, m.pid, queuesPerRank, q, queueAdvice(local, q))
+		}
 	}
-	fix := fmt.Sprintf("run at most %d ranks per device per process", (q-1)/queuesPerRank)
-	if q < hip.MaxStreamQueues {
-		fix = fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS to at least %d (at most %d: up to %d ranks) in the environment before the process first uses CUDA, or %s",
-			queuesPerRank*local+1, hip.MaxStreamQueues, (hip.MaxStreamQueues-1)/queuesPerRank, fix)
+	return ""
+}
+
+// queueAdvice says how local ranks of one process on one device get the
+// queues they need with q now.
+func queueAdvice(local int, q uint64) string {
+	need := queuesPerRank*local + 1
+	fit := (hip.MaxStreamQueues - 1) / queuesPerRank // the most ranks any setting allows
+	var fixes []string
+	if need <= hip.MaxStreamQueues {
+		fixes = append(fixes, fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS to at least %d (the driver allows up to %d) in the environment before the process first uses CUDA", need, hip.MaxStreamQueues))
 	}
-	return result.Errorf(result.InvalidUsage,
-		"%d ranks of this communicator share device %d in this process; each holds %d of the context's %d hardware queues "+
-			"(CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s", local, dev, queuesPerRank, q, fix)
+	if now := int(q-1) / queuesPerRank; now >= 1 {
+		fixes = append(fixes, fmt.Sprintf("run at most %d ranks per device per process", now))
+	} else if need > hip.MaxStreamQueues {
+		fixes = append(fixes, fmt.Sprintf("run at most %d ranks per device per process (with CUDA_DEVICE_MAX_CONNECTIONS=%d)", fit, hip.MaxStreamQueues))
+	}
+	return strings.Join(fixes, ", or ")
 }
 
 // queuesPerRank is how many hardware queues a rank's pending collective
-// holds (checkQueues).
+// holds (ceBlocked).
 const queuesPerRank = 2
+
+// forwardOnly sets up a communicator that forwards every call, because
+// copy engines cannot run safely on some rank (why): in forward mode that
+// must not fail the job. Every rank decided it from the same table; this
+// wins over CECOLL_ROUTE=ce. Where the real library refused the
+// communicator too, nothing can run it: the init fails on every rank.
+func (c *Comm) forwardOnly(root initInfo, why string) error {
+	c.noCE = why
+	if err := c.pairUp(root); err != nil {
+		return err
+	}
+	if c.Real() == 0 {
+		return result.Errorf(result.InvalidUsage, "%s; and %s", why, c.realWhy)
+	}
+	if c.rank == 0 {
+		log.Warnf("comm %#x: every call goes to the real library (%s), CECOLL_ROUTE=ce included: %s", c.w.key, c.lib.Name(), why)
+	}
+	return nil
+}
 
 // onDevice runs f with the comm's device current on the calling thread,
 // then restores the caller's device (NCCL programs do not expect a call to
@@ -696,8 +749,11 @@ func (c *Comm) ceInitNow() error {
 	if c.eng != nil {
 		return nil
 	}
+	if c.noCE != "" {
+		return result.Errorf(result.InvalidUsage, "ncclCeInit: %s", c.noCE)
+	}
 	return c.onDevice(func() error {
-		eng, err := newEngine(c, ce.ConfigFromEnv())
+		eng, err := newEngine(c, c.engCfg)
 		if err != nil {
 			return result.Errorf(result.Of(err), "ncclCeInit: %w", err)
 		}
@@ -707,7 +763,10 @@ func (c *Comm) ceInitNow() error {
 }
 
 // CeFinalize is ncclCeFinalize: local and idempotent. The engine is freed
-// once its streams drained; a later ncclCeInit makes a new one.
+// once its streams drained; a later ncclCeInit makes a new one. It needs
+// no watchdog lock (Finalize, Destroy and Abort take it to stop watching):
+// a watchdog that read the engine just before still probes it safely, since
+// the engine frees nothing a probe reads while one runs (ce Engine.freeMu).
 func (c *Comm) CeFinalize() error {
 	c.engMu.Lock()
 	defer c.engMu.Unlock()

@@ -101,8 +101,9 @@ func TestQueueLimit(t *testing.T) {
 
 	_, err = InitAll(rt, 5, []int{0, 0, 1, 0, 0}, DefaultConfig())
 	requireCode(t, result.InvalidUsage, err)
-	require.ErrorContains(t, err, "4 ranks of this communicator share device 0 in this process")
+	require.ErrorContains(t, err, "4 ranks of this communicator share device 0 in its process")
 	require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS to at least 9")
+	require.ErrorContains(t, err, "or run at most 3 ranks per device per process")
 
 	_, errs := initThreads(t, rt, []int{1, 1, 1, 1})
 	for r, err := range errs {
@@ -116,6 +117,15 @@ func TestQueueLimit(t *testing.T) {
 	requireCode(t, result.InvalidUsage, err)
 	require.ErrorContains(t, err, "run at most 15 ranks per device per process")
 	require.NotContains(t, err.Error(), "set CUDA_DEVICE_MAX_CONNECTIONS")
+
+	// Too few queues for even one rank (CUDA_DEVICE_MAX_CONNECTIONS=1 or 2,
+	// as Megatron-LM sets): the advice is the variable, never "0 ranks".
+	for _, q := range []int{1, 2} {
+		_, err = InitAll(queuesRT{rt.Runtime, q}, 2, []int{0, 1}, DefaultConfig())
+		requireCode(t, result.InvalidUsage, err)
+		require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS to at least 3")
+		require.NotContains(t, err.Error(), "at most 0 ranks")
+	}
 }
 
 func TestInitRankGroupOneThread(t *testing.T) {
@@ -233,10 +243,22 @@ func TestCollectiveValidation(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	useFakeEngine(t)
 	rt := newRT(t, 2)
-	comms, err := InitAll(rt, 2, nil, DefaultConfig())
-	require.NoError(t, err)
-	defer destroyAll(t, comms)
-	c := comms[1]
+	// Each case on a communicator of its own: a refusal of one rank's
+	// arguments fails the communicator (Refuse), except those every rank
+	// makes alike (reductions, collectives cecoll does not provide).
+	run := func(t *testing.T, f func(c *Comm) error) error {
+		comms, err := InitAll(rt, 2, nil, DefaultConfig())
+		require.NoError(t, err)
+		defer destroyAll(t, comms)
+		err = f(comms[1])
+		alike := result.Of(err) == result.InvalidUsage
+		if err == nil || alike {
+			require.NoError(t, comms[0].AsyncError(), "a peer failed after %v", err)
+		} else {
+			require.Error(t, comms[0].AsyncError(), "the peer did not fail after %v", err)
+		}
+		return err
+	}
 	const p = hip.DevicePtr(0x10000)
 	for _, tc := range []struct {
 		name string
@@ -265,12 +287,12 @@ func TestCollectiveValidation(t *testing.T) {
 		{"zero count is a no-op", ce.FuncAllGather, 0, 0, 0, 0, 0, result.Success},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := c.Collective(tc.fn, tc.send, tc.recv, tc.cnt, tc.dt, tc.root, 0)
+			err := run(t, func(c *Comm) error { return c.Collective(tc.fn, tc.send, tc.recv, tc.cnt, tc.dt, tc.root, 0) })
 			require.Equal(t, tc.code, result.Of(err), "%v", err)
 		})
 	}
 	a := LaunchArgs{Func: FuncAllGather, Datatype: 7, EltSize: 8, Count: 1, Send: p, Recv: p}
-	requireCode(t, result.InvalidArgument, c.Launch(&a, nil, nil))
+	requireCode(t, result.InvalidArgument, run(t, func(c *Comm) error { return c.Launch(&a, nil, nil) }))
 }
 
 // The eager launch path allocates nothing.
@@ -628,4 +650,59 @@ func TestOrderAfterFailedComm(t *testing.T) {
 	for _, c := range comms {
 		require.NoError(t, c.Destroy())
 	}
+}
+
+// The engine's settings decide plans and syncs, so every rank must run
+// with the same: a rank whose process sets another value fails the init of
+// every rank, with an error naming the variable and both values, before
+// any engine exists (here the ranks of one process, through engineConfig;
+// TestMPEngineSettings has processes with different environments).
+func TestEngineSettingsAgreed(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	rt := newRT(t, 2)
+	for _, tc := range []struct {
+		name string
+		set  func(*ce.Config)
+	}{
+		{"CECOLL_INTRA_BATCH_SYNC_FREQ", func(c *ce.Config) { c.IntraBatchSyncFreq = 1 }},
+		{"CECOLL_INTRA_BATCH_SYNC_THRESHOLD", func(c *ce.Config) { c.IntraBatchSyncThreshold = 4096 }},
+		{"CECOLL_STAGING_BYTES", func(c *ce.Config) { c.StagingBytes = 1 << 20 }},
+		{"CECOLL_FLAG_WRITE", func(c *ce.Config) { c.FlagWrite = ce.FlagWriteCopy }},
+		{"CECOLL_SYNC", func(c *ce.Config) { c.Sync = ce.SyncStar }},
+		{"CECOLL_HUB_BYTES", func(c *ce.Config) { c.HubBytes = -1 }},
+		{"CECOLL_EVENTS", func(c *ce.Config) { c.NoEvents = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := engineConfig
+			engineConfig = func(c *Comm) ce.Config {
+				cfg := ce.ConfigFromEnv()
+				if c.Rank() == 1 {
+					tc.set(&cfg)
+				}
+				return cfg
+			}
+			defer func() { engineConfig = old }()
+			_, errs := initThreads(t, rt, []int{0, 1, 0})
+			for r, err := range errs {
+				// A rank may learn of a peer's refusal first (ncclRemoteError):
+				// either way the message names the variable.
+				require.Error(t, err)
+				require.ErrorContains(t, err, "ranks disagree on "+tc.name+": rank 0 has", "rank %d", r)
+			}
+		})
+	}
+	// Alike, a communicator is made; its engine runs with those settings.
+	old := engineConfig
+	engineConfig = func(c *Comm) ce.Config {
+		cfg := ce.ConfigFromEnv()
+		cfg.IntraBatchSyncFreq = 1
+		return cfg
+	}
+	defer func() { engineConfig = old }()
+	comms, errs := initThreads(t, rt, []int{0, 1})
+	require.NoError(t, firstError(errs))
+	for _, c := range comms {
+		require.Equal(t, 1, c.engCfg.IntraBatchSyncFreq)
+	}
+	destroyAll(t, comms)
 }

@@ -229,7 +229,8 @@ func (g *group) setUp() []error {
 // rank of it takes the same plan.
 //
 // A set runs all or nothing: every member is prepared (planned, nothing
-// enqueued) before any step runs, and a refusal of one refuses all. Then
+// enqueued) before any step runs, and a refusal of one refuses all (and,
+// on several ranks, fails the communicator: Refuse). Then
 // step k of every member runs before step k+1 of any: event syncs need
 // each record enqueued before its wait, and so no member's stream queue
 // fills with its later rounds while a peer issued by this same thread
@@ -275,7 +276,7 @@ func (g *group) launch() []error {
 			}
 		}
 		if err := g.agree(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, g.colls[g.members[0]].c.Refuse(err))
 			continue
 		}
 		if n := st.key.w.n; st.count == n {
@@ -341,7 +342,10 @@ func (g *group) runSet(errs []error) []error {
 			err = planMismatch(&g.colls[ms[0]], pc, pr.Steps, steps)
 		}
 		if err != nil {
-			return append(errs, err)
+			// Nothing of the set is enqueued, but its ranks elsewhere
+			// (other threads, processes) may have issued theirs: the
+			// world fails (one member's Refuse reaches every rank).
+			return append(errs, pc.c.Refuse(err))
 		}
 		steps = pr.Steps
 	}

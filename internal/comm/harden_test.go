@@ -459,7 +459,7 @@ func TestHostilePeerAtRank(t *testing.T) {
 		}, result.RemoteError, "runs past its allocation"},
 		{"internal-window-smaller", func(f *fakeRoot) {
 			f.mutate = func(m *winMsg) { m.size /= 2 }
-		}, result.InvalidUsage, "internal window"},
+		}, result.RemoteError, "internal window"},
 		{"window-message-garbage", func(f *fakeRoot) {
 			f.mutate = func(m *winMsg) { m.ok = false }
 		}, result.InvalidArgument, "refused its buffer"},

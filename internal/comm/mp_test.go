@@ -317,6 +317,29 @@ func TestMPInitErrors(t *testing.T) {
 	})
 }
 
+// Processes whose environments set an engine setting differently (the
+// sub-batch frequency in one of four, the threshold alike in all, which
+// made their first AllGather move wrong bytes) fail init on every rank,
+// naming the variable.
+func TestMPEngineSettings(t *testing.T) {
+	watchdog(t, 40*time.Second)
+	id, err := NewID()
+	require.NoError(t, err)
+	const n = 4
+	var cs []*child
+	for r := range n {
+		env := []string{envWant + "=5", "CECOLL_INTRA_BATCH_SYNC_THRESHOLD=4096"}
+		if r == 0 {
+			env = append(env, "CECOLL_INTRA_BATCH_SYNC_FREQ=1")
+		}
+		cs = append(cs, startChild(t, id, n, strconv.Itoa(r), "expect", env...))
+	}
+	requireChildOK(t, cs, 30*time.Second)
+	for r, c := range cs {
+		require.Contains(t, c.output(), "ranks disagree on CECOLL_INTRA_BATCH_SYNC_FREQ: rank 0 has 1, rank 1 has 8", "rank %d", r)
+	}
+}
+
 // A child killed while the others' collective waits for it: the survivors
 // see ncclRemoteError at once and abort promptly.
 func TestMPKilledPeer(t *testing.T) {

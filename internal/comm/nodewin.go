@@ -96,13 +96,15 @@ func (m winMsg) fits() error {
 
 // reachOf is how far copies may go into every rank's window: the smallest
 // size. The engine's own windows are sized alike on every rank (it
-// addresses a peer's with its own sizes), so there a difference is an
-// error.
+// addresses a peer's with its own sizes, and the ranks agreed on
+// CECOLL_STAGING_BYTES at init: agreeEngine), so there a difference is a
+// peer breaking the protocol, refused before any copy could reach past
+// what it mapped.
 func reachOf(w *Window, sizes []uintptr) (uintptr, error) {
 	reach := w.size
 	for r, s := range sizes {
 		if w.internal && s != w.size {
-			return 0, result.Errorf(result.InvalidUsage, "window register: rank %d's internal window is %d bytes, this rank's %d: every rank must run with the same configuration (CECOLL_STAGING_BYTES)", r, s, w.size)
+			return 0, result.Errorf(result.RemoteError, "window register: rank %d's internal window is %d bytes, this rank's %d, although the ranks agreed on the engine's settings at init", r, s, w.size)
 		}
 		reach = min(reach, s)
 	}

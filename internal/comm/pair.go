@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ type pairing struct {
 	realWhy  string         // with lib and no real communicator: why (set at init)
 	policy   forward.Policy // agreed at init
 	spans    bool           // its ranks are on several hosts: everything is forwarded
+	noCE     string         // copy engines cannot run safely on some rank (ceBlocked): everything is forwarded
 }
 
 // realRef is a real library's handle that a cecoll communicator or window
@@ -110,8 +112,16 @@ type initInfo struct {
 	host     string
 	policy   []byte
 	lib      string
-	realID   []byte // rank 0, pairByID: the real unique id
-	idErr    string // rank 0, pairByID: why there is none
+	// engine is the engine's settings (ce.Config.Agreed), a NAME=VALUE
+	// line each: every rank must run with the same.
+	engine string
+	// queues and memops: the rank's runtime's Caps.StreamQueues (0: no
+	// limit) and Caps.StreamMemOps, which say whether copy engines can
+	// run there (ceBlocked).
+	queues uint64
+	memops bool
+	realID []byte // rank 0, pairByID: the real unique id
+	idErr  string // rank 0, pairByID: why there is none
 }
 
 func (m *initInfo) encode() []byte {
@@ -121,6 +131,13 @@ func (m *initInfo) encode() []byte {
 	e.str(m.host)
 	e.bytes(m.policy)
 	e.str(m.lib)
+	e.str(m.engine)
+	e.u64(m.queues)
+	memops := uint32(0)
+	if m.memops {
+		memops = 1
+	}
+	e.u32(memops)
 	e.bytes(m.realID)
 	e.str(m.idErr)
 	return e.b
@@ -129,9 +146,41 @@ func (m *initInfo) encode() []byte {
 func decodeInit(p []byte) (initInfo, error) {
 	d := dec{b: p}
 	m := initInfo{dev: d.u64(), pid: d.u64(), host: d.strMax(maxHost, "host name"), policy: d.bytes(),
-		lib: d.strMax(maxText, "library name"), realID: d.bytes(), idErr: d.strMax(maxText, "failure text")}
-	m.host, m.lib, m.idErr = clean(m.host), clean(m.lib), clean(m.idErr)
+		lib: d.strMax(maxText, "library name"), engine: d.strMax(maxText, "engine settings"), queues: d.u64()}
+	m.memops = d.u32() == 1
+	m.realID, m.idErr = d.bytes(), d.strMax(maxText, "failure text")
+	m.host, m.lib, m.engine, m.idErr = clean(m.host), clean(m.lib), cleanLines(m.engine), clean(m.idErr)
 	return m, d.end()
+}
+
+// engineText is cfg's agreed settings as initInfo.engine carries them.
+func engineText(cfg ce.Config, caps hip.Caps) string {
+	var b strings.Builder
+	for _, st := range cfg.Agreed(caps) {
+		fmt.Fprintf(&b, "%s=%s\n", st.Name, st.Value)
+	}
+	return b.String()
+}
+
+// engineDiff is the first setting in which rank r's engine text differs
+// from rank 0's: its name and the two values.
+func engineDiff(r0, r string) (name, v0, v string) {
+	values := func(s string) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(s, "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	m0, m := values(r0), values(r)
+	for _, l := range strings.Split(r0+r, "\n") {
+		if k, _, ok := strings.Cut(l, "="); ok && m0[k] != m[k] {
+			return k, m0[k], m[k]
+		}
+	}
+	return "the engine settings", r0, r // a malformed text
 }
 
 // exchangeInit sends this rank's initInfo and checks what every rank must
@@ -139,7 +188,10 @@ func decodeInit(p []byte) (initInfo, error) {
 // mismatch is an error on every rank here, never a divergence later.
 func (c *Comm) exchangeInit() ([]initInfo, error) {
 	c.policy = forward.PolicyFromEnv(c.cfg.CTAPolicy, c.cfg.CTASet)
-	mine := initInfo{dev: uint64(c.dev), pid: uint64(os.Getpid()), host: c.cfg.Host, policy: c.policy.Encode()}
+	c.engCfg = engineConfig(c)
+	caps := c.rt.Caps()
+	mine := initInfo{dev: uint64(c.dev), pid: uint64(os.Getpid()), host: c.cfg.Host, policy: c.policy.Encode(),
+		engine: engineText(c.engCfg, caps), queues: uint64(max(caps.StreamQueues, 0)), memops: caps.StreamMemOps}
 	if mine.host == "" {
 		mine.host = hostname()
 	}
@@ -183,6 +235,26 @@ func (c *Comm) exchangeInit() ([]initInfo, error) {
 		}
 	}
 	return all, nil
+}
+
+// engineConfig is the engine configuration a rank runs with: its
+// process's environment (a variable for tests, which give ranks of one
+// process different ones).
+var engineConfig = func(*Comm) ce.Config { return ce.ConfigFromEnv() }
+
+// agreeEngine refuses a communicator whose ranks' engine settings differ
+// (ce.Config.Agreed): on every rank alike, since each compares the same
+// table, and before any engine exists.
+func agreeEngine(all []initInfo) error {
+	for r := 1; r < len(all); r++ {
+		if all[r].engine != all[0].engine {
+			name, v0, v := engineDiff(all[0].engine, all[r].engine)
+			return result.Errorf(result.InvalidUsage,
+				"ranks disagree on %s: rank 0 has %s, rank %d has %s; it decides the copy engines' plans and syncs, so every rank must run with the same value (set it alike in every process, or in none)",
+				name, v0, r, v)
+		}
+	}
+	return nil
 }
 
 func policyText(b []byte) string {
@@ -233,7 +305,7 @@ func (c *Comm) pairUp(root initInfo) error {
 			return result.Errorf(result.InvalidUsage, "%s; its ranks are on several hosts, which copy engines do not reach", c.realWhy)
 		}
 		if c.rank == 0 {
-			log.Warnf("comm %#x: %s; it runs AllGather, AlltoAll, Scatter and Gather on copy engines and refuses what it would forward", c.w.key, c.realWhy)
+			log.Warnf("comm %#x: %s; it runs %s on copy engines and refuses what it would forward", c.w.key, c.realWhy, ce.Provided())
 		}
 		return nil
 	}
@@ -327,13 +399,14 @@ func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int3
 		forward.Note(int(fn), fn.String(), bytes, false, forward.WhyNodes)
 		return false
 	}
-	buf, size := recv, uintptr(bytes)
-	switch fn {
-	case ce.FuncAllGather, ce.FuncAlltoAll:
-		size *= uintptr(c.size)
-	case ce.FuncGather:
-		buf = send
+	if c.noCE != "" {
+		forward.Note(int(fn), fn.String(), bytes, false, forward.WhyNoCE)
+		return false
 	}
+	// The deciding buffer of its row (ce op.go): the one every rank passes
+	// at the same offset of a window, or none does.
+	a := ce.Args{Func: fn, Count: count, EltSize: elt, Send: send, Recv: recv}
+	buf, size := ce.OpOf(fn).Deciding(&a, c.size)
 	_, inWin := c.FindWindow(buf, size)
 	way, why := c.policy.CE(forward.Call{Bytes: bytes, InWindow: inWin && elt != 0, ZeroCTA: cta >= 0 && cta&forward.CTAPolicyZero != 0})
 	forward.Note(int(fn), fn.String(), bytes, way, why)

@@ -606,3 +606,68 @@ func TestPairRegister(t *testing.T) {
 	require.NoError(t, comms[0].Deregister(h))
 	require.Equal(t, 1, lib.count("Deregister"))
 }
+
+// In forward mode a communicator whose copy engines cannot run safely on
+// some rank (too few hardware queues: CUDA_DEVICE_MAX_CONNECTIONS=1, as
+// Megatron-LM sets) does not fail: every rank forwards every call, agreed
+// at init, CECOLL_ROUTE=ce included. Only where the real library refused
+// the communicator too does its init fail, on every rank, saying both.
+func TestPairQueuesForwardOnly(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	useFakeEngine(t)
+	lib := newGoLib()
+	lib.install(t)
+	t.Setenv("CECOLL_ROUTE", "ce")
+	initOn := func(rt hip.Runtime, devs []int) ([]*Comm, []error) {
+		id, err := NewID()
+		require.NoError(t, err)
+		n := len(devs)
+		comms, errs := make([]*Comm, n), make([]error, n)
+		each(n, func(r int) {
+			if errs[r] = rt.SetDevice(devs[r]); errs[r] == nil {
+				comms[r], errs[r] = InitRank(rt, id, n, r, DefaultConfig())
+			}
+		})
+		return comms, errs
+	}
+	for _, tc := range []struct {
+		queues int
+		devs   []int
+		ce     bool
+	}{
+		{1, []int{0, 1}, false}, // one rank per device, 1 queue
+		{2, []int{0, 1}, false},
+		{3, []int{0, 1}, true},
+		{4, []int{0, 0}, false}, // two ranks on one device need 5
+		{5, []int{0, 0}, true},
+		{3, []int{0, 1, 1}, false}, // the ranks decide alike, rank 0 too
+	} {
+		t.Setenv("CECOLL_HOST_QUEUES", fmt.Sprint(tc.queues))
+		rt := newRT(t, 2)
+		comms, errs := initOn(rt, tc.devs)
+		require.NoError(t, firstError(errs), "%d queues, devices %v", tc.queues, tc.devs)
+		for _, c := range comms {
+			require.NotZero(t, c.Real())
+			require.Equal(t, tc.ce, c.engine() != nil, "%d queues, devices %v: rank %d's engine", tc.queues, tc.devs, c.Rank())
+			require.Equal(t, tc.ce, c.RouteCE(ce.FuncAllGather, 0x1000, 0x2000, 1<<20, 7, forward.CTAPolicyZero),
+				"%d queues, devices %v: rank %d routes a CECOLL_ROUTE=ce call to copy engines", tc.queues, tc.devs, c.Rank())
+			if !tc.ce {
+				err := c.Collective(FuncAllGather, 0x1000, 0x2000, 4, 7, 0, 0)
+				requireCode(t, result.InvalidUsage, err)
+				require.ErrorContains(t, err, "hardware queues")
+				require.NoError(t, c.AsyncError(), "a refusal every rank makes alike fails nothing")
+			}
+		}
+		destroyAll(t, comms)
+	}
+
+	// The real library refuses too: nothing can run it.
+	t.Setenv("CECOLL_HOST_QUEUES", "1")
+	lib.refuse = func(rank int) error { return result.Errorf(result.InvalidUsage, "Duplicate GPU detected") }
+	_, errs := initOn(newRT(t, 2), []int{0, 1})
+	for r, err := range errs {
+		requireCode(t, result.InvalidUsage, err)
+		require.ErrorContains(t, err, "hardware queues", "rank %d", r)
+		require.ErrorContains(t, err, "Duplicate GPU detected", "rank %d", r)
+	}
+}

@@ -273,6 +273,16 @@ func clean(s string) string {
 	}, strings.ToValidUTF8(s, "?"))
 }
 
+// cleanLines is clean for a text of lines: the newlines stay, each line
+// is cleaned.
+func cleanLines(s string) string {
+	ls := strings.Split(s, "\n")
+	for i, l := range ls {
+		ls[i] = clean(l)
+	}
+	return strings.Join(ls, "\n")
+}
+
 // encodeTable is the root's answer once every rank arrived.
 func encodeTable(ranks []*rootRank) []byte {
 	var e enc

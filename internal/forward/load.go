@@ -48,7 +48,7 @@ func Load(l Loader) (Lib, error) {
 	case err != nil:
 		log.Warnf("forward: %v", err)
 	case lib != nil:
-		log.Infof(log.Init, "forward: real library %s (version %d): cecoll runs AllGather, AlltoAll, Scatter and Gather by CECOLL_ROUTE=%s and forwards the rest",
+		log.Infof(log.Init, "forward: real library %s (version %d): cecoll routes what copy engines run by CECOLL_ROUTE=%s and forwards the rest",
 			lib.Name(), lib.Version(), param.Route.Get())
 	default:
 		log.Infof(log.Init, "forward: no real NCCL or RCCL: copy engines only")

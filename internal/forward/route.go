@@ -76,12 +76,14 @@ const (
 	WhyWindow               // the deciding buffer is in a symmetric window
 	WhyLarge                // the block is at least CECOLL_ROUTE_BYTES
 	WhySmall                // below CECOLL_ROUTE_BYTES, no window, SMs allowed
+	WhyNoCE                 // copy engines cannot run safely on some rank
 	numWhy
 )
 
 var whyText = [numWhy]string{
 	"no real library for this communicator", "the communicator spans nodes", "CECOLL_ROUTE=ce", "CECOLL_ROUTE=nccl",
 	"zero-SM CTA policy", "buffer in a symmetric window", "block at least CECOLL_ROUTE_BYTES", "block below CECOLL_ROUTE_BYTES",
+	"copy engines cannot run safely on some rank (see the WARN at init)",
 }
 
 func (w Why) String() string { return whyText[w] }

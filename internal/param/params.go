@@ -88,7 +88,7 @@ var (
 	NCCLLib = newString("CECOLL_NCCL_LIB", User, "unset", "a path to libnccl.so.2 or librccl.so.1",
 		"the real library to forward to; unset: the one the program linked (cecoll preloaded), else, where cecoll sits in place of libnccl.so.2 or librccl.so.1, the loader's path and torch's nvidia/nccl/lib")
 	Route = newChoice("CECOLL_ROUTE", User, "auto", []string{"auto", "ce", "nccl"},
-		"with a real library: which AllGather, AlltoAll, Scatter and Gather run on copy engines: auto (zero-SM communicators, buffers in symmetric windows, and per-rank blocks from CECOLL_ROUTE_BYTES), ce (all), nccl (none)")
+		"with a real library: which calls of the operations copy engines run go to them: auto (zero-SM communicators, buffers in symmetric windows, and per-rank blocks from CECOLL_ROUTE_BYTES), ce (all), nccl (none)")
 	RouteBytes = newBytes[uint64]("CECOLL_ROUTE_BYTES", User, 64<<20, 1, 1<<40,
 		"CECOLL_ROUTE=auto: the per-rank block (count x element size) from which those collectives take the copy engines")
 	NCCLCTAPolicy = newInt[int]("NCCL_CTA_POLICY", User, 0, 0, 255, "an NCCL_CTA_POLICY_* value (2: ZERO)",
@@ -110,6 +110,8 @@ var (
 		"seed of the adversarial scheduler (0: off): shuffles and splits each batch's copies and delays streams, reproducibly").strictly()
 	HostInline = newBool("CECOLL_HOST_INLINE", Host, true,
 		"0: every op runs on its stream's worker goroutine; 1: an enqueueing thread runs what completes at once itself (off under chaos)").strictly()
+	HostQueues = newInt[int]("CECOLL_HOST_QUEUES", Host, 0, 0, 32, "an integer in 0..32",
+		"hardware queues each virtual device reports, as CUDA_DEVICE_MAX_CONNECTIONS on a GPU (0: no limit): the communicators' queue rule runs without a GPU; the device itself never stalls").strictly()
 	HostCaps = newList("CECOLL_HOST_CAPS", Host, []string{"nobatchcopy", "noattrs", "nopeerwrite", "nomulticast", "hipbatches"},
 		"capabilities to switch off (nobatchcopy, noattrs, nopeerwrite, nomulticast) and hipbatches (HIP's memop order)").strictly()
 )

@@ -2,6 +2,7 @@
 
 import ctypes
 import datetime
+import functools
 import os
 import time
 
@@ -214,6 +215,27 @@ class Window:
         return self.handle is not None
 
 
+def _collective(method):
+    """A collective call of ProcessGroup. Its arguments are checked here,
+    before any C call, because they are torch objects (shapes, dtypes,
+    devices, lists of tensors) that the C API never sees. A refusal here on
+    one rank of several would leave its peers' parts of the call waiting
+    for this rank's next call, as a refusal in the library would; the
+    library then fails the communicator on every rank (its peers learn it
+    at once), and so does this: the communicator is aborted, which tells
+    the peers, and the group refuses every later call."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (ValueError, TypeError) as e:
+            self._refused(e)
+            raise
+
+    return call
+
+
 class ProcessGroup:
     """One rank of a cecoll communicator of world_size ranks.
 
@@ -235,6 +257,7 @@ class ProcessGroup:
         self.host = self.device.type == "cpu"
         self._windows = []
         self._barrier_buf = None
+        self._failure = None  # why the group refuses every call (_refused)
         uid = _lib.ncclUniqueId()
         ctypes.memmove(ctypes.addressof(uid), bytes(unique_id), _lib.NCCL_UNIQUE_ID_BYTES)
         check("cecollSetDevice", self._dev_index)
@@ -254,9 +277,21 @@ class ProcessGroup:
     # ---- plumbing ----
 
     def _live(self):
+        if self._failure is not None:
+            raise RuntimeError("ProcessGroup failed: %s" % self._failure)
         if self._comm is None:
             raise RuntimeError("ProcessGroup used after destroy()")
         return self._comm
+
+    def _refused(self, exc):
+        """An argument error of a collective (see _collective): on several
+        ranks, abort the communicator so that the peers fail at once."""
+        if self.world_size == 1 or self._comm is None or self._failure is not None:
+            return
+        self._failure = "rank %d refused a collective's arguments (%s); the communicator was aborted" % (self.rank, exc)
+        comm, self._comm = self._comm, None
+        self._windows = []  # the abort freed them
+        _lib.lib().ncclCommAbort(comm)
 
     def _call(self, function, *args):
         check(function, *args, comm=self._comm)
@@ -268,9 +303,14 @@ class ProcessGroup:
 
     def _finish(self):
         # The host device's streams run on their own workers: wait so that the
-        # call is synchronous, as documented.
+        # call is synchronous, as documented, and raise if the communicator
+        # failed meanwhile (its data is then undefined).
         if self.host:
             self._call("cecollStreamSynchronize", self._stream)
+            st = ctypes.c_int()
+            self._call("ncclCommGetAsyncError", self._comm, ctypes.byref(st))
+            if st.value != 0:
+                raise _lib.CecollError(st.value, "ncclCommGetAsyncError", _lib.last_error(self._comm))
 
     def _tensor(self, t, what):
         if not isinstance(t, torch.Tensor):
@@ -294,6 +334,7 @@ class ProcessGroup:
 
     # ---- collectives ----
 
+    @_collective
     def all_gather_into_tensor(self, output_tensor, input_tensor):
         """Rank i's input lands at output[i*n:(i+1)*n] on every rank (n =
         input.numel()). In place when input is that slice of output."""
@@ -312,6 +353,7 @@ class ProcessGroup:
         self._call("ncclAllGather", input_tensor.data_ptr(), output_tensor.data_ptr(), n, dt, comm, self._stream_handle())
         self._finish()
 
+    @_collective
     def all_to_all_single(self, output, input):
         """Equal splits: block j of input (numel/world_size elements) goes to
         rank j, where it lands at block i (i the sender). input may be output."""
@@ -332,6 +374,7 @@ class ProcessGroup:
         self._call("ncclAlltoAll", input.data_ptr(), output.data_ptr(), n, dt, comm, self._stream_handle())
         self._finish()
 
+    @_collective
     def scatter(self, output_tensor, scatter_list_or_tensor=None, src=0):
         """src's i-th chunk lands in rank i's output_tensor. On src, pass a
         list of world_size tensors shaped like output_tensor, or one tensor of
@@ -350,6 +393,7 @@ class ProcessGroup:
         self._call("ncclScatter", send_ptr, output_tensor.data_ptr(), n, dt, src, comm, self._stream_handle())
         self._finish()
 
+    @_collective
     def gather(self, input_tensor, gather_list_or_tensor=None, dst=0):
         """Rank i's input_tensor lands in dst's i-th chunk. On dst, pass a list
         of world_size tensors shaped like input_tensor, or one tensor of
@@ -406,6 +450,7 @@ class ProcessGroup:
             )
         return lst_or_t
 
+    @_collective
     def barrier(self):
         """Returns once every rank has called barrier() (a one-element-per-rank
         AllGather, waited for on the host on every backend)."""
@@ -422,6 +467,7 @@ class ProcessGroup:
         """alloc_tensor() on this group's device."""
         return alloc_tensor(shape, dtype, device=self.device)
 
+    @_collective
     def register(self, tensor, symmetric=True):
         """Collective (every rank calls it): makes a window of tensor, which
         must come from alloc_tensor() and start 4096-byte aligned. With
@@ -460,21 +506,21 @@ class ProcessGroup:
 
     def destroy(self):
         """Deregisters remaining windows and frees the communicator (local:
-        never waits for peers). Idempotent."""
-        if self._comm is None:
-            return
+        never waits for peers). Idempotent; after a failure (_refused) only
+        the stream is left to free."""
         errors = []
-        for w in list(self._windows):
-            try:
-                self.deregister(w)
-            except _lib.CecollError as e:
-                errors.append(e)
-        comm, self._comm = self._comm, None
-        for fn, arg in (("ncclCommFinalize", comm), ("ncclCommDestroy", comm)):
-            try:
-                check(fn, arg)
-            except _lib.CecollError as e:
-                errors.append(e)
+        if self._comm is not None:
+            for w in list(self._windows):
+                try:
+                    self.deregister(w)
+                except _lib.CecollError as e:
+                    errors.append(e)
+            comm, self._comm = self._comm, None
+            for fn, arg in (("ncclCommFinalize", comm), ("ncclCommDestroy", comm)):
+                try:
+                    check(fn, arg)
+                except _lib.CecollError as e:
+                    errors.append(e)
         if self._stream is not None:
             stream, self._stream = self._stream, None
             try:

@@ -45,6 +45,7 @@ ERROR_CASES = (
     "error/register_unaligned",
     "error/group_still_works",
     "alloc/freed_on_release",
+    "error/refusal_fails_every_rank",
 )
 
 
@@ -190,6 +191,8 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
 
 
 def run_errors(pg, rec):
+    """The refusals, on pg, a group of one rank (on several, every refusal
+    fails the group: run_refusal)."""
     import ctypes
 
     import cecoll
@@ -250,7 +253,7 @@ def run_errors(pg, rec):
     t = pg.alloc_tensor((2048,), torch.uint8)
     expect_raise("error/register_unaligned", ValueError, lambda: pg.register(t[1:]))
 
-    # Nothing above reached the peers: the group still works.
+    # On one rank nothing above misleads a peer: the group still works.
     try:
         mine = torch.full((3,), r, dtype=torch.int64, device=dev)
         out = torch.empty(3 * w, dtype=torch.int64, device=dev)
@@ -262,6 +265,46 @@ def run_errors(pg, rec):
         rec.record("error/group_still_works", traceback.format_exc())
 
     rec.record("alloc/freed_on_release", check_alloc_release(pg))
+
+
+def run_refusal(pg, rec):
+    """Rank 0's all_gather_into_tensor is refused (a wrong output size)
+    while the other ranks issue theirs: every rank fails at once, and every
+    later call is refused (no rank pairs it with another's)."""
+    import ctypes
+    import time
+
+    import cecoll
+    from cecoll import _lib
+
+    r, w, dev = pg.rank, pg.world_size, pg.device
+    mine = torch.full((3,), r, dtype=torch.int64, device=dev)
+    out = torch.empty(3 * w + (1 if r == 0 else 0), dtype=torch.int64, device=dev)
+    comm = pg.comm
+    try:
+        pg.all_gather_into_tensor(out, mine)
+        if r == 0:
+            return "rank 0's wrong output size was accepted"
+    except ValueError:
+        if r != 0:
+            return "rank %d's call raised ValueError" % r
+    except cecoll.CecollError:
+        pass  # a peer: its call saw the failure (host device: synchronous)
+    if r != 0:
+        st = ctypes.c_int()
+        deadline = time.monotonic() + 10  # promptly: CECOLL_TIMEOUT is 600 s
+        while time.monotonic() < deadline:
+            _lib.check("ncclCommGetAsyncError", ctypes.c_void_p(comm), ctypes.byref(st))
+            if st.value != 0:
+                break
+            time.sleep(0.01)
+        if st.value == 0:
+            return "rank %d has no asynchronous error 10 s after rank 0's refusal" % r
+    try:
+        pg.all_gather_into_tensor(torch.empty(3 * w, dtype=torch.int64, device=dev), mine)
+    except (cecoll.CecollError, RuntimeError):
+        return None
+    return "rank %d's call after the refusal was accepted" % r
 
 
 def _live_allocs(pg):
@@ -319,11 +362,17 @@ def session(rank, world_size, outdir, share):
             except Exception:
                 err = traceback.format_exc()
             rec.record(name, err)
-        run_errors(pg, rec)
-        pg.barrier()
+        with cecoll.ProcessGroup(0, 1, cecoll.get_unique_id()) as solo:
+            run_errors(solo, rec)
+        pg.barrier()  # every rank is past its collectives: rank 0's refusal fails no pending call
+        try:
+            err = run_refusal(pg, rec)
+        except Exception:
+            err = traceback.format_exc()
+        rec.record("error/refusal_fails_every_rank", err)
     finally:
-        # Rank 0 made the id, so it must outlive the others' use of the group:
-        # the barrier above is every rank's last collective.
+        # Rank 0 made the id; the group failed on every rank (run_refusal),
+        # so nothing waits for its bootstrap any more.
         pg.destroy()
         rec.close()
 

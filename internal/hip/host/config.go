@@ -23,6 +23,10 @@ type Config struct {
 	// Caps are the capabilities the device reports and enforces; nil means
 	// DefaultCaps (everything on, CUDA-like batches).
 	Caps *hip.Caps
+	// Queues is the hardware queue count the device reports
+	// (Caps.StreamQueues, CECOLL_HOST_QUEUES; 0: no limit). It is only
+	// reported: the virtual device never stalls when they are full.
+	Queues int
 }
 
 // DefaultCaps has every capability on and CUDA's in-order memop batches.
@@ -64,12 +68,12 @@ func applySwitches(words []string) (hip.Caps, error) {
 
 // ConfigFromEnv reads CECOLL_HOST_DEVICES (default 8), CECOLL_HOST_CHAOS
 // (an int64 seed; unset or 0: off), CECOLL_HOST_INLINE (0 or 1, default 1;
-// 0 sets NoInline) and CECOLL_HOST_CAPS. A bad value is an error naming the
-// variable: a test run on another device than the one asked for would
-// prove nothing.
+// 0 sets NoInline), CECOLL_HOST_QUEUES (default 0) and CECOLL_HOST_CAPS. A
+// bad value is an error naming the variable: a test run on another device
+// than the one asked for would prove nothing.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{Devices: DefaultDevices}
-	for _, err := range []error{param.HostDevices.Err(), param.HostChaos.Err(), param.HostInline.Err(), param.HostCaps.Err()} {
+	for _, err := range []error{param.HostDevices.Err(), param.HostChaos.Err(), param.HostInline.Err(), param.HostQueues.Err(), param.HostCaps.Err()} {
 		if err != nil {
 			return cfg, err
 		}
@@ -77,6 +81,7 @@ func ConfigFromEnv() (Config, error) {
 	cfg.Devices = param.HostDevices.Get()
 	cfg.Chaos = param.HostChaos.Get()
 	cfg.NoInline = !param.HostInline.Get()
+	cfg.Queues = param.HostQueues.Get()
 	caps, err := applySwitches(param.HostCaps.Get())
 	if err != nil {
 		return cfg, err

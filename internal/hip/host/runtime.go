@@ -78,6 +78,7 @@ func New(cfg Config) (*Runtime, error) {
 		caps = *cfg.Caps
 	}
 	caps.StreamMemOps = true // the virtual device always has them
+	caps.StreamQueues = cfg.Queues
 	rt := &Runtime{
 		devices:   cfg.Devices,
 		caps:      caps,
