@@ -127,7 +127,8 @@ test-mutants:
 	bash internal/ce/mutants/run.sh
 
 # The fuzz targets of every decoder of what a peer or the environment sends
-# (internal/comm fuzz_test.go, internal/param hostile_test.go), each for
+# (fuzz_test.go of internal/bootstrap, internal/peermem and internal/comm;
+# internal/param hostile_test.go), each for
 # FUZZTIME, one after the other: go test -fuzz takes one target of one
 # package. Plain go test (make test) runs their seed corpora. A finding
 # is written to the package's testdata/fuzz/ and fails the run. Go 1.26's
@@ -137,7 +138,7 @@ test-mutants:
 FUZZTIME ?= 20s
 # Minimising a new input may take 60 s by default, a whole run's time.
 FUZZFLAGS ?= -fuzzminimizetime 2s
-FUZZ_PKGS := ./internal/comm ./internal/param
+FUZZ_PKGS := ./internal/bootstrap ./internal/peermem ./internal/comm ./internal/param
 fuzz:
 	@log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	for pkg in $(FUZZ_PKGS); do \

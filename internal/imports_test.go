@@ -20,9 +20,9 @@ import (
 var layers = [][]string{
 	{"export", "tools/fwdgen"},
 	{"internal/comm"},
-	{"internal/ce", "internal/forward"},
-	{"internal/hip/backend"},
-	{"internal/hip/host", "internal/hip/nvidia", "internal/hip/amd", "internal/hip/hiptest"},
+	{"internal/ce", "internal/forward", "internal/peermem"},
+	{"internal/hip/backend", "internal/bootstrap"},
+	{"internal/hip/host", "internal/hip/nvidia", "internal/hip/amd", "internal/hip/hiptest", "internal/testutil"},
 	{"internal/result"},
 	{"internal/hip"},
 	{"internal/log"},
@@ -30,14 +30,18 @@ var layers = [][]string{
 }
 
 // importers narrows who may import a package, beyond the layers: export
-// reaches the engine only through internal/comm, the backends are chosen
-// only by internal/hip/backend, and the conformance suite serves tests.
+// reaches the engine, the bootstrap and peers' memory only through
+// internal/comm, the backends are chosen only by internal/hip/backend, and
+// the conformance suite and testutil serve tests.
 var importers = map[string][]string{
 	"internal/ce":          {"internal/comm"},
+	"internal/bootstrap":   {"internal/comm", "internal/peermem"},
+	"internal/peermem":     {"internal/comm"},
 	"internal/hip/host":    {"internal/hip/backend"},
 	"internal/hip/nvidia":  {"internal/hip/backend"},
 	"internal/hip/amd":     {"internal/hip/backend"},
 	"internal/hip/hiptest": {},
+	"internal/testutil":    {},
 }
 
 // cgo is the C surface, the backends and the forward layer's only.

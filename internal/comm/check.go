@@ -14,14 +14,17 @@ import (
 	"cecoll/internal/log"
 	"cecoll/internal/memfd"
 	"cecoll/internal/param"
+	"cecoll/internal/peermem"
 	"cecoll/internal/result"
 )
 
 // CECOLL_CHECK=1: the ranks of a multi-process communicator cross-check the
 // signature of every collective without any host-side wait in the call.
 // Rank 0 creates a board (a memfd, so nothing stays on the filesystem) of
-// checkRing slots per rank and shares it through the fd socket before it
-// presents itself to the root; every rank maps it once it has the table.
+// checkRing slots per rank and publishes it on its fd socket
+// (internal/peermem) before its part of the init exchange; every other
+// rank fetches and maps it once that exchange returned (checkStart,
+// checkJoin). The ranks agree at init that they all check.
 // A launch writes its descriptor into its slot for sequence s (s modulo
 // the ring: a seqlock, written marks a whole slot); a watcher goroutine per
 // rank compares each sequence once every rank has posted it, and a
@@ -76,7 +79,6 @@ var _ [int(unsafe.Sizeof(slot{})) - slotBytes]byte
 
 type checkBoard struct {
 	mem   []byte
-	memfd int // rank 0 only: the board's fd, published on the fd socket
 	n     int
 	next  uint64 // sequences posted by this rank (launch order)
 	lostN uint64 // collectives the watcher could not compare (lost)
@@ -92,14 +94,20 @@ func (b *checkBoard) at(rank int, seq uint64) *slot {
 	return (*slot)(unsafe.Pointer(&b.mem[i]))
 }
 
-// newBoardFD creates rank 0's board and publishes it for the id's secret.
-func newBoardFD(sec secret, n int) (int, error) {
-	fd, err := memfd.Create("cecoll-check", boardBytes(n))
-	if err != nil {
-		return -1, result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
+// checkStart is rank 0's part of CECOLL_CHECK before the init exchange:
+// it makes the board and publishes it for the id's secret, so that every
+// peer finds it once the exchange returned (checkJoin).
+func (c *Comm) checkStart() error {
+	if c.node == nil || !checkEnabled() || c.rank != 0 {
+		return nil
 	}
-	publishFD(sec, boardTag, fd)
-	return fd, nil
+	fd, err := memfd.Create("cecoll-check", boardBytes(c.size))
+	if err != nil {
+		return result.Errorf(result.SystemError, "CECOLL_CHECK: board: %w", err)
+	}
+	peermem.PublishFD(c.node.boot.Secret(), boardTag, fd)
+	c.node.boardFD = fd
+	return nil
 }
 
 // boardBytes is the size of the board of n ranks.
@@ -115,18 +123,22 @@ func mapBoard(fd, n int) (*checkBoard, error) {
 	if err != nil {
 		return nil, result.Errorf(result.SystemError, "CECOLL_CHECK: map board: %w", err)
 	}
-	return &checkBoard{mem: m, memfd: -1, n: n}, nil
+	return &checkBoard{mem: m, n: n}, nil
 }
 
-// setupCheck runs in the bootstrap once the table arrived: every rank maps
-// rank 0's board.
-func (c *Comm) setupCheck(b *tcpBoot) error {
+// checkJoin, after the init exchange: every rank maps rank 0's board and
+// starts its watcher.
+func (c *Comm) checkJoin() error {
+	if c.node == nil || !checkEnabled() {
+		return nil
+	}
+	b := c.node.boot
 	var fd int
 	var err error
 	if c.rank == 0 {
-		fd, err = syscall.Dup(b.boardFD)
+		fd, err = syscall.Dup(c.node.boardFD)
 	} else {
-		fd, err = fetchFD(b.table[0].sock, b.sec, boardTag, time.Now().Add(b.timeout))
+		fd, err = peermem.Fetch(b.Peer(0).Sock, b.Secret(), boardTag, time.Now().Add(b.Wait()))
 	}
 	if err != nil {
 		return result.Errorf(result.SystemError, "CECOLL_CHECK: rank %d: getting rank 0's board: %w", c.rank, err)
@@ -136,7 +148,6 @@ func (c *Comm) setupCheck(b *tcpBoot) error {
 	if err != nil {
 		return err
 	}
-	board.memfd = b.boardFD
 	c.node.board = board
 	go c.checkWatch(board, c.node.stopWatch)
 	return nil
@@ -368,10 +379,18 @@ func (b *checkBoard) lost(rank int, seq uint64) {
 
 // closeCheck unmaps the board (after the watcher stopped reading it).
 func (c *Comm) closeCheck() {
-	if c.node == nil || c.node.board == nil {
+	if c.node == nil {
 		return
 	}
+	if fd := c.node.boardFD; fd >= 0 {
+		peermem.Unpublish(c.node.boot.Secret().Key, boardTag)
+		syscall.Close(fd)
+		c.node.boardFD = -1
+	}
 	b := c.node.board
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -379,8 +398,4 @@ func (c *Comm) closeCheck() {
 	}
 	b.closed = true
 	syscall.Munmap(b.mem)
-	if b.memfd >= 0 {
-		unpublishFD(c.node.boot.sec.key, boardTag)
-		syscall.Close(b.memfd)
-	}
 }

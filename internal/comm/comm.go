@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/ce"
 	"cecoll/internal/forward"
 	"cecoll/internal/hip"
@@ -77,8 +78,8 @@ type Comm struct {
 	cfg       Config
 	engCfg    ce.Config // the engine's settings, agreed among the ranks at init
 	w         *world
-	boot      Bootstrap
-	node      *nodeState // the TCP bootstrap's state (tcpboot.go); nil in-process
+	boot      bootstrap.Bootstrap
+	node      *nodeState // the TCP bootstrap's state (node.go); nil in-process
 
 	mu      sync.Mutex // state transitions
 	st      atomic.Int32
@@ -147,6 +148,18 @@ func (c *Comm) Config() Config { return c.cfg }
 // Barrier implements ce.Comm.
 func (c *Comm) Barrier() error { return c.boot.Barrier() }
 
+// ID is ncclUniqueId (internal/bootstrap says what it holds).
+type ID = bootstrap.ID
+
+// IDBytes is NCCL_UNIQUE_ID_BYTES.
+const IDBytes = bootstrap.IDBytes
+
+// MaxRanks bounds nranks.
+const MaxRanks = bootstrap.MaxRanks
+
+// NewID is ncclGetUniqueId.
+func NewID() (ID, error) { return bootstrap.NewID() }
+
 // InitRank creates rank `rank` of an n-rank communicator on the calling
 // thread's current device. Outside a group it returns once every rank has
 // joined (collective); inside one it returns at once and the communicator
@@ -173,12 +186,12 @@ func initRank(rt hip.Runtime, id ID, n, rank, dev int, cfg Config, p pairArgs) (
 	if rank < 0 || rank >= n {
 		return nil, result.Errorf(result.InvalidArgument, "rank %d out of range [0, %d)", rank, n)
 	}
-	key, err := id.key()
+	key, err := id.Key()
 	if err != nil {
 		return nil, err
 	}
-	if rank == 0 && id.fromCommID() {
-		if err := listenCommID(&id); err != nil {
+	if rank == 0 && id.FromCommID() {
+		if err := bootstrap.ListenCommID(&id); err != nil {
 			return nil, err
 		}
 	}
@@ -190,7 +203,7 @@ func initRank(rt hip.Runtime, id ID, n, rank, dev int, cfg Config, p pairArgs) (
 		return nil, err
 	}
 	c.w = w
-	c.boot = &localBoot{w: w, rank: rank}
+	c.boot = newLocalBoot(w, rank)
 	c.attachNode(&id)
 	if g := currentGroup(); g != nil {
 		g.addInit(c)
@@ -264,7 +277,7 @@ func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
 			}
 		}
 		c.w = w
-		c.boot = &localBoot{w: w, rank: r}
+		c.boot = newLocalBoot(w, r)
 		w.comms[r] = c
 		comms[r] = c
 	}

@@ -14,12 +14,6 @@ import (
 	"cecoll/internal/result"
 )
 
-func requireCode(t *testing.T, want result.Code, err error) {
-	t.Helper()
-	require.Error(t, err)
-	require.Equal(t, want, result.Of(err), "error: %v", err)
-}
-
 func TestInitAllRepeatedDevices(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	useFakeEngine(t)

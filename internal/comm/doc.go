@@ -1,24 +1,22 @@
 // Package comm owns cecoll's communicators inside one process: creating them
 // (ncclCommInitAll, ncclCommInitRank from several threads or from one thread
-// inside a group), their bootstrap (behind the small Bootstrap interface:
-// allgather of bytes and barrier), ncclGroupStart/End semantics (which work is
-// deferred and when it runs), symmetric windows (registration, overlap and
-// alignment checks, peer bases, lookup), finalize/destroy/abort, the
-// lifetime of the engines' internal windows in one process (freed when the
-// last rank's engine is gone, shared.go) and the asynchronous error state.
+// inside a group), their init exchange and what the ranks agree on there
+// (pair.go: routing, the real library, the engine's settings, whether copy
+// engines can run), ncclGroupStart/End semantics (which work is deferred and
+// when it runs), the collectives' arguments and refusals (coll.go),
+// symmetric windows (one registration path, window.go), finalize, destroy
+// and abort, the lifetime of the engines' internal windows in one process
+// (shared.go), split and shrink, the asynchronous error state, the watchdog
+// (watch.go) and CECOLL_CHECK (check.go).
 //
-// Several processes of one node: an id from ncclGetUniqueId names this
-// process's TCP bootstrap root (tcproot.go); ranks rendezvous there and then
-// run their bootstrap through it (tcpboot.go; a star). Windows cross
-// processes as file descriptors passed over an abstract Unix socket
-// (fdpass.go, nodewin.go). Both sockets are open to any local user and
-// serve through a gate (gate.go) that a flood cannot kill; every payload a
-// peer sends is decoded by a pure, fuzzed function that checks its numbers
-// before use (wire.go, fuzz_test.go); docs/security.md is the threat
-// model. A peer's death or a stalled collective
-// (CECOLL_TIMEOUT, watch.go) becomes an asynchronous ncclRemoteError and
-// aborts the engine; CECOLL_CHECK=1 cross-checks every collective's
-// signature on a shared board (check.go). ncclCommInitAll stays in-process.
+// The ranks meet through internal/bootstrap: a bootstrap.Group among the
+// ranks of this process (world.go), or, for an id that names a root, a
+// bootstrap.Node (node.go) through the TCP root of the process that made
+// the id. Windows cross processes through internal/peermem. A peer's death
+// or a stalled collective (CECOLL_TIMEOUT) becomes an asynchronous
+// ncclRemoteError and aborts the engine; CECOLL_CHECK=1 cross-checks every
+// collective's signature on a shared board. docs/security.md is the threat
+// model of what peers send.
 //
 // It implements ce.Comm and ce.Window for the engine and decides when the
 // engine runs; it never moves data itself. export/ calls it, one function per

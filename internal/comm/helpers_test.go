@@ -2,11 +2,9 @@ package comm
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -14,21 +12,14 @@ import (
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
 	"cecoll/internal/hip/host"
+	"cecoll/internal/testutil"
 )
 
-// watchdog fails the whole test binary, with every goroutine's stack, when
-// a test runs past d: a wait bug then reads as a failure, not a stuck CI.
-func watchdog(t *testing.T, d time.Duration) {
-	t.Helper()
-	name := t.Name()
-	timer := time.AfterFunc(d, func() {
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %v\n%s\n", name, d, buf[:n])
-		panic("watchdog: " + name + " hung")
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
+var (
+	watchdog    = testutil.Watchdog
+	requireCode = testutil.RequireCode
+	freePort    = testutil.FreePort
+)
 
 // newRT is a host runtime with the given device count; CECOLL_HOST_CHAOS
 // and CECOLL_HOST_CAPS apply, so the chaos runs of the Makefile reach here.

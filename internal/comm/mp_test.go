@@ -2,6 +2,7 @@ package comm
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/ce"
 	"cecoll/internal/hip"
 	"cecoll/internal/result"
@@ -225,25 +227,24 @@ func TestMPStranger(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	id, err := NewID()
 	require.NoError(t, err)
-	addr, ok, err := getSockaddr(id[16:])
-	require.NoError(t, err)
+	addr, ok := id.RootAddr()
 	require.True(t, ok)
 	// Garbage bytes, a hello with a wrong secret, a huge length.
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.0\r\n\r\n"),
 		func() []byte {
-			var e enc
-			e.u64(idMagic)
-			e.u64(12345)
-			e.u32(2)
-			e.u32(0)
-			e.u32(1)
-			e.str("host")
-			e.str("@sock")
-			b := make([]byte, 5+len(e.b))
-			copy(b[5:], e.b)
-			b[0] = byte(len(e.b))
-			b[4] = frHello
+			var e bootstrap.Enc
+			e.Raw([]byte("cecollID")) // the id's magic
+			e.U64(12345)
+			e.U32(2)
+			e.U32(0)
+			e.U32(1)
+			e.Str("host")
+			e.Str("@sock")
+			b := make([]byte, 5+len(e.B))
+			copy(b[5:], e.B)
+			b[0] = byte(len(e.B))
+			b[4] = 1 // a hello frame
 			return b
 		}(),
 		{0xff, 0xff, 0xff, 0x7f, 1},
@@ -281,8 +282,8 @@ func TestMPInitErrors(t *testing.T) {
 	// A well-formed id whose root is gone: nothing listens on its port.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	dead := good
-	putSockaddr(dead[16:], ln.Addr().(*net.TCPAddr))
+	dead := good // the root's address is 127.0.0.1 too: change its port (big-endian at 18)
+	binary.BigEndian.PutUint16(dead[18:], uint16(ln.Addr().(*net.TCPAddr).Port))
 	ln.Close()
 	_, err = InitRank(rt, dead, 2, 0, DefaultConfig())
 	requireCode(t, result.SystemError, err)
@@ -473,7 +474,7 @@ func TestMPChild(t *testing.T) {
 		var err error
 		id, err = NewID()
 		require.NoError(t, err)
-		require.True(t, id.fromCommID())
+		require.True(t, id.FromCommID())
 	} else {
 		raw, err := hex.DecodeString(os.Getenv(envID))
 		require.NoError(t, err)
@@ -712,7 +713,7 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 		// Peers in other processes are imports; deregistration unmaps them.
 		var imported []hip.DevicePtr
 		for p := range n {
-			if !r.c.node.boot.sameProcess(p) {
+			if !r.c.node.boot.SameProcess(p) {
 				pb := r.win.PeerBase(p)
 				_, _, err := rt.MemGetAddressRange(pb)
 				require.NoError(t, err, "rank %d's import of rank %d", r.c.Rank(), p)
@@ -817,99 +818,4 @@ func BenchmarkMPBootstrap(b *testing.B) {
 			b.ReportMetric(float64(slowest.Microseconds())/float64(b.N)/1000, "ms-initrank")
 		})
 	}
-}
-
-// A derived id (ncclCommShrink) proves itself through its root-made
-// ancestor: its hello passes at the root, a shrink of a shrink too, and a
-// derived key that does not follow from the parent's, or a parent the
-// root did not make, does not.
-func TestDerivedIDProof(t *testing.T) {
-	id, err := NewID()
-	require.NoError(t, err)
-	hi := func(id ID) *hello {
-		h := &hello{sec: id.secret()}
-		h.parent, h.dtag = id.derivation()
-		back, err := parseHello(h.encode())
-		require.NoError(t, err)
-		return &back
-	}
-	require.True(t, hi(id).ours())
-	kid := DerivedID(&id, 7)
-	require.NotEqual(t, id[8:16], kid[8:16])
-	require.True(t, hi(kid).ours())
-	grandkid := DerivedID(&kid, 9)
-	require.True(t, hi(grandkid).ours(), "a shrink of a shrink")
-	require.NotEqual(t, kid[8:16], grandkid[8:16])
-	forged := hi(kid)
-	forged.dtag++
-	require.False(t, forged.ours(), "a key that does not follow from the parent's")
-	other := id
-	other[8]++ // a parent the root did not make
-	require.False(t, hi(DerivedID(&other, 7)).ours())
-}
-
-// The id's layout is what C programs read: magic, key, then a Linux
-// struct sockaddr_in of the root listener (family little-endian, port
-// big-endian), loopback by default, and the secret tag at 48.
-func TestIDLayout(t *testing.T) {
-	id, err := NewID()
-	require.NoError(t, err)
-	require.Equal(t, "cecollID", string(id[0:8]))
-	require.Equal(t, []byte{afInet, 0}, id[16:18])
-	ln, err := startRoot()
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.Equal(t, []byte{byte(port >> 8), byte(port)}, id[18:20])
-	require.Equal(t, []byte{127, 0, 0, 1}, id[20:24])
-	require.Equal(t, make([]byte, tagOff-24), id[24:tagOff])
-	sec := id.secret()
-	require.Equal(t, tagOf(sec.key), sec.tag)
-	require.NotEqual(t, [tagBytes]byte{}, sec.tag)
-	require.True(t, sec.ours())
-	require.Equal(t, make([]byte, IDBytes-tagOff-tagBytes), id[tagOff+tagBytes:])
-	other, err := NewID()
-	require.NoError(t, err)
-	require.NotEqual(t, id[8:16], other[8:16], "a fresh key per id")
-	require.NotEqual(t, id[tagOff:tagOff+tagBytes], other[tagOff:tagOff+tagBytes], "a fresh tag per id")
-	forged := id.secret()
-	forged.tag[0] ^= 1
-	require.False(t, forged.ours(), "one bit off")
-
-	for _, tc := range []struct {
-		env, want string
-		bad       bool
-	}{
-		{"", "127.0.0.1:0", false},
-		{"lo", "127.0.0.1:0", false},
-		{"=lo", "127.0.0.1:0", false},
-		{"=nosuchif0", "", true},
-	} {
-		t.Setenv("NCCL_SOCKET_IFNAME", tc.env)
-		got, err := listenAddr()
-		if tc.bad {
-			requireCode(t, result.SystemError, err)
-			continue
-		}
-		require.NoError(t, err)
-		require.Equal(t, tc.want, got, "NCCL_SOCKET_IFNAME=%q", tc.env)
-	}
-	t.Setenv("NCCL_SOCKET_IFNAME", "=nosuchif0")
-	t.Setenv("CECOLL_SOCKET_IFNAME", "lo")
-	got, err := listenAddr()
-	require.NoError(t, err)
-	require.Equal(t, "127.0.0.1:0", got, "CECOLL_SOCKET_IFNAME wins")
-
-	a, ok, err := getSockaddr(id[16:])
-	require.NoError(t, err)
-	require.True(t, ok)
-	var back ID
-	putSockaddr(back[16:], a)
-	require.Equal(t, id[16:tagOff], back[16:tagOff])
-	v6 := &net.TCPAddr{IP: net.ParseIP("::1"), Port: 4242}
-	putSockaddr(back[16:], v6)
-	require.Equal(t, []byte{afInet6, 0, 0x10, 0x92}, back[16:20])
-	a, ok, err = getSockaddr(back[16:])
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, v6.String(), a.String())
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/ce"
 	"cecoll/internal/forward"
 	"cecoll/internal/hip"
@@ -120,37 +121,42 @@ type initInfo struct {
 	// run there (ceBlocked).
 	queues uint64
 	memops bool
+	check  bool   // CECOLL_CHECK: every rank of a node communicator must agree
 	realID []byte // rank 0, pairByID: the real unique id
 	idErr  string // rank 0, pairByID: why there is none
 }
 
 func (m *initInfo) encode() []byte {
-	var e enc
-	e.u64(m.dev)
-	e.u64(m.pid)
-	e.str(m.host)
-	e.bytes(m.policy)
-	e.str(m.lib)
-	e.str(m.engine)
-	e.u64(m.queues)
-	memops := uint32(0)
-	if m.memops {
-		memops = 1
-	}
-	e.u32(memops)
-	e.bytes(m.realID)
-	e.str(m.idErr)
-	return e.b
+	var e bootstrap.Enc
+	e.U64(m.dev)
+	e.U64(m.pid)
+	e.Str(m.host)
+	e.Bytes(m.policy)
+	e.Str(m.lib)
+	e.Str(m.engine)
+	e.U64(m.queues)
+	e.U32(flag(m.memops))
+	e.U32(flag(m.check))
+	e.Bytes(m.realID)
+	e.Str(m.idErr)
+	return e.B
 }
 
 func decodeInit(p []byte) (initInfo, error) {
-	d := dec{b: p}
-	m := initInfo{dev: d.u64(), pid: d.u64(), host: d.strMax(maxHost, "host name"), policy: d.bytes(),
-		lib: d.strMax(maxText, "library name"), engine: d.strMax(maxText, "engine settings"), queues: d.u64()}
-	m.memops = d.u32() == 1
-	m.realID, m.idErr = d.bytes(), d.strMax(maxText, "failure text")
-	m.host, m.lib, m.engine, m.idErr = clean(m.host), clean(m.lib), cleanLines(m.engine), clean(m.idErr)
-	return m, d.end()
+	d := bootstrap.Dec{B: p}
+	m := initInfo{dev: d.U64(), pid: d.U64(), host: d.StrMax(bootstrap.MaxHost, "host name"), policy: d.Bytes(),
+		lib: d.StrMax(bootstrap.MaxText, "library name"), engine: d.StrMax(bootstrap.MaxText, "engine settings"), queues: d.U64()}
+	m.memops, m.check = d.U32() == 1, d.U32() == 1
+	m.realID, m.idErr = d.Bytes(), d.StrMax(bootstrap.MaxText, "failure text")
+	m.host, m.lib, m.engine, m.idErr = bootstrap.Clean(m.host), bootstrap.Clean(m.lib), bootstrap.CleanLines(m.engine), bootstrap.Clean(m.idErr)
+	return m, d.End()
+}
+
+func flag(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // engineText is cfg's agreed settings as initInfo.engine carries them.
@@ -191,9 +197,10 @@ func (c *Comm) exchangeInit() ([]initInfo, error) {
 	c.engCfg = engineConfig(c)
 	caps := c.rt.Caps()
 	mine := initInfo{dev: uint64(c.dev), pid: uint64(os.Getpid()), host: c.cfg.Host, policy: c.policy.Encode(),
-		engine: engineText(c.engCfg, caps), queues: uint64(max(caps.StreamQueues, 0)), memops: caps.StreamMemOps}
+		engine: engineText(c.engCfg, caps), queues: uint64(max(caps.StreamQueues, 0)), memops: caps.StreamMemOps,
+		check: c.node != nil && checkEnabled()}
 	if mine.host == "" {
-		mine.host = hostname()
+		mine.host = bootstrap.Hostname()
 	}
 	if c.lib != nil {
 		mine.lib = fmt.Sprintf("%s (version %d)", c.lib.Name(), c.lib.Version())
@@ -205,6 +212,9 @@ func (c *Comm) exchangeInit() ([]initInfo, error) {
 		} else {
 			mine.realID = id[:]
 		}
+	}
+	if err := c.checkStart(); err != nil {
+		return nil, err
 	}
 	raw, err := c.boot.AllGather(mine.encode())
 	if err != nil {
@@ -228,6 +238,13 @@ func (c *Comm) exchangeInit() ([]initInfo, error) {
 			return nil, result.Errorf(result.InvalidUsage, "ranks disagree on the real library: rank 0 has %s, rank %d %s",
 				libText(all[0].lib), r, libText(all[r].lib))
 		}
+		if all[r].check != all[0].check {
+			return nil, result.Errorf(result.InvalidUsage, "ranks disagree on CECOLL_CHECK: rank 0 has %d, rank %d has %d; set it alike in every process",
+				flag(all[0].check), r, flag(all[r].check))
+		}
+	}
+	if err := c.checkJoin(); err != nil {
+		return nil, err
 	}
 	for r := range all {
 		if all[r].host != all[0].host {
@@ -319,22 +336,22 @@ func (c *Comm) pairUp(root initInfo) error {
 // did not (-1: none) with that rank's error text: every rank then acts
 // alike.
 func (c *Comm) agree(local error) (bad int, text string, err error) {
-	var e enc
+	var e bootstrap.Enc
 	if local == nil {
-		e.u32(1)
-		e.str("")
+		e.U32(1)
+		e.Str("")
 	} else {
-		e.u32(0)
-		e.str(local.Error())
+		e.U32(0)
+		e.Str(local.Error())
 	}
-	all, err := c.boot.AllGather(e.b)
+	all, err := c.boot.AllGather(e.B)
 	if err != nil {
 		return -1, "", err
 	}
 	for r, p := range all {
-		d := dec{b: p}
-		if ok, text := d.u32(), d.strMax(maxText, "failure text"); d.end() != nil || ok != 1 {
-			return r, clean(text), nil
+		d := bootstrap.Dec{B: p}
+		if ok, text := d.U32(), d.StrMax(bootstrap.MaxText, "failure text"); d.End() != nil || ok != 1 {
+			return r, bootstrap.Clean(text), nil
 		}
 	}
 	return -1, "", nil
@@ -353,14 +370,14 @@ func (c *Comm) dropReal(h forward.Handle) {
 // (config.blocking = 0) to finish its init: cecoll completes a
 // communicator before it returns, and the pairing is agreed at init.
 func (c *Comm) waitReal(h forward.Handle) error {
-	deadline := time.Now().Add(bootTimeout())
+	deadline := time.Now().Add(bootstrap.Timeout())
 	for {
 		err := c.lib.AsyncError(h)
 		if err == nil || result.Of(err) != result.InProgress {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return result.Errorf(result.RemoteError, "the real communicator was still initialising after %v", bootTimeout())
+			return result.Errorf(result.RemoteError, "the real communicator was still initialising after %v", bootstrap.Timeout())
 		}
 		time.Sleep(200 * time.Microsecond)
 	}

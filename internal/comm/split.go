@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"slices"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/forward"
 	"cecoll/internal/result"
 )
@@ -119,7 +120,7 @@ func (c *Comm) newMembersID(lead bool, leader int) (ID, error) {
 	if lead {
 		// Its own root, as NCCL's split ignores NCCL_COMM_ID: the
 		// members met already, over c.
-		id, err := newRandomID()
+		id, err := bootstrap.NewRandomID()
 		if err != nil {
 			idErr = err
 			mine = []byte{0}
@@ -199,7 +200,7 @@ func (c *Comm) Shrink(exclude []int32, cfg *Config, flags int) (*Comm, error) {
 		}
 	}
 	parent := c.selfID()
-	id := DerivedID(&parent, h.Sum64()|1)
+	id := bootstrap.DerivedID(&parent, h.Sum64()|1)
 	var nc *Comm
 	err := c.onDevice(func() error {
 		var err error
@@ -215,16 +216,8 @@ func (c *Comm) Shrink(exclude []int32, cfg *Config, flags int) (*Comm, error) {
 // selfID is the unique id c was made from, or an in-process one naming
 // its rendezvous key (ncclCommInitAll, whose ranks share this process).
 func (c *Comm) selfID() ID {
-	var id ID
-	binary.LittleEndian.PutUint64(id[0:8], idMagic)
-	if b := c.node; b != nil {
-		binary.LittleEndian.PutUint64(id[8:16], b.boot.sec.key)
-		putSockaddr(id[16:], b.boot.addr)
-		copy(id[tagOff:], b.boot.sec.tag[:])
-		binary.LittleEndian.PutUint64(id[derivedOff:], b.boot.parent)
-		binary.LittleEndian.PutUint64(id[derivedOff+8:], b.boot.dtag)
-		return id
+	if c.node != nil {
+		return c.node.boot.ID()
 	}
-	binary.LittleEndian.PutUint64(id[8:16], c.w.key)
-	return id
+	return bootstrap.LocalID(c.w.key)
 }

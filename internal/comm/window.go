@@ -1,14 +1,16 @@
 package comm
 
 import (
-	"encoding/binary"
 	"sort"
 	"sync/atomic"
+	"time"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/ce"
 	"cecoll/internal/forward"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
+	"cecoll/internal/peermem"
 	"cecoll/internal/result"
 )
 
@@ -175,9 +177,23 @@ func (c *Comm) removeLocked(w *Window) bool {
 	return false
 }
 
-// register runs the collective registration of w. Every rank takes part
-// in the exchange even when its own checks failed, and all ranks fail
-// together, so a refusal on one rank never leaves the others waiting.
+// register runs the collective registration of w, one path for every
+// layout. Every rank takes part in the exchange even when its own checks
+// failed, and all ranks fail together, so a refusal on one rank never
+// leaves the others waiting. Each rank publishes its window's allocation
+// where some rank lives in another process (internal/peermem) and sends
+// its claim (base, size, allocation); each maps the allocations of the
+// ranks of other processes (those of its own keep plain pointers) and adds
+// the window's offset inside its allocation. Across processes a second
+// exchange confirms every mapping, so the exporters keep their
+// allocations published until all peers hold their own, and all ranks
+// succeed or fail together.
+//
+// A peer's numbers are checked before use: its window must lie inside the
+// allocation it claims (peermem.Claim.Fits), the fd it passes must be a
+// sealed memfd at least that long (the runtime's MemImport), and copies
+// reach at most the smallest window of all ranks (Window.reach), so no
+// peer can make this process write outside what it mapped.
 func (c *Comm) register(w *Window) error {
 	c.winMu.Lock()
 	localErr := c.checkLocked(w.base, w.size)
@@ -186,57 +202,183 @@ func (c *Comm) register(w *Window) error {
 	}
 	c.winMu.Unlock()
 	if c.node != nil {
-		return c.registerNode(w, localErr)
+		if err := c.node.boot.Connect(); err != nil { // the table says who is local
+			localErr = firstNonNil(localErr, err)
+		}
 	}
+	mine := peermem.Claim{Base: w.base, Size: w.size}
+	var sec bootstrap.Secret
+	if localErr == nil && c.remotePeers() {
+		base, size, err := c.rt.MemGetAddressRange(w.base)
+		if err != nil {
+			localErr = result.Errorf(result.InvalidArgument, "window register: buffer %#x is not ncclMemAlloc memory, so ranks in other processes cannot map it (%v); register ncclMemAlloc buffers, or leave the buffer unregistered (it is staged)", w.base, err)
+		} else {
+			mine.AllocBase, mine.AllocSize = base, size
+			sec = c.node.boot.Secret()
+			peermem.Publish(sec, c.rt, c.dev, base)
+			defer peermem.Unpublish(sec.Key, base)
+		}
+	}
+	mine.OK = localErr == nil
 
-	var msg [17]byte
-	binary.LittleEndian.PutUint64(msg[0:], uint64(w.base))
-	binary.LittleEndian.PutUint64(msg[8:], uint64(w.size))
-	if localErr == nil {
-		msg[16] = 1
-	}
-	all, err := c.boot.AllGather(msg[:])
-	refused := -1
+	all, err := c.boot.AllGather(mine.Encode())
+	var claims []peermem.Claim
+	refused, why := -1, error(nil)
 	if err == nil {
-		for r, m := range all {
-			if len(m) != len(msg) || m[16] == 0 {
+		claims = make([]peermem.Claim, len(all))
+		for r, raw := range all {
+			if claims[r], why = peermem.ParseClaim(raw); why != nil || !claims[r].OK {
 				refused = r
 				break
 			}
 		}
 	}
-	if err != nil || localErr != nil || refused >= 0 {
+	fail := func(e error) error {
 		if localErr == nil {
 			c.winMu.Lock()
 			c.removeLocked(w)
 			c.winMu.Unlock()
 		}
-		switch {
-		case localErr != nil:
-			return localErr
-		case err != nil:
-			return err
-		default:
-			return result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused)
-		}
+		return e
 	}
-	sizes := make([]uintptr, len(all))
-	for r, m := range all {
-		sizes[r] = uintptr(binary.LittleEndian.Uint64(m[8:]))
+	switch {
+	case localErr != nil:
+		return fail(localErr)
+	case err != nil:
+		return fail(err)
+	case why != nil:
+		return fail(result.Errorf(result.RemoteError, "window register: rank %d: %v", refused, why))
+	case refused >= 0:
+		return fail(result.Errorf(result.InvalidArgument, "window register: rank %d refused its buffer", refused))
+	}
+	peers, imports, err := c.mapPeers(w, claims)
+	if c.node != nil {
+		var ok [1]byte
+		if err == nil {
+			ok[0] = 1
+		}
+		conf, cerr := c.boot.AllGather(ok[:])
+		if err == nil && cerr == nil {
+			for r, m := range conf {
+				if len(m) != 1 || m[0] != 1 {
+					cerr = result.Errorf(result.SystemError, "window register: rank %d could not map its peers' buffers", r)
+					break
+				}
+			}
+		}
+		err = firstNonNil(err, cerr)
+	}
+	if err != nil {
+		c.unmap(imports)
+		return fail(err)
+	}
+	if c.node != nil {
+		c.node.mu.Lock()
+		if len(imports) > 0 {
+			c.node.imports[w] = imports
+		}
+		c.node.winIndex[w] = c.node.nextWin
+		c.node.nextWin++
+		c.node.mu.Unlock()
+		log.Infof(log.Reg, "rank %d: window [%#x, +%d) registered across processes (reach %d); peers %#x", c.rank, w.base, w.size, w.reach, peers)
+	}
+	w.live.Store(true)
+	return nil
+}
+
+// mapPeers sets w's peer bases and reach from every rank's claim: a rank
+// of this process's base as it is, another's through the mapping of its
+// allocation (the returned imports, unmapped by the caller on failure).
+func (c *Comm) mapPeers(w *Window, claims []peermem.Claim) ([]hip.DevicePtr, []importedMem, error) {
+	sizes := make([]uintptr, len(claims))
+	for r, m := range claims {
+		sizes[r] = m.Size
+		if err := m.Fits(); err != nil && !c.sameProcess(r) {
+			return nil, nil, result.Errorf(result.RemoteError, "window register: rank %d (pid %d): %v", r, c.node.boot.Peer(r).Pid, err)
+		}
 	}
 	reach, err := reachOf(w, sizes)
 	if err != nil {
-		c.winMu.Lock()
-		c.removeLocked(w)
-		c.winMu.Unlock()
-		return err
+		return nil, nil, err
 	}
-	w.peers = make([]hip.DevicePtr, len(all))
-	for r, m := range all {
-		w.peers[r] = hip.DevicePtr(binary.LittleEndian.Uint64(m[0:]))
+	peers := make([]hip.DevicePtr, len(claims))
+	var imports []importedMem
+	for r, m := range claims {
+		if c.sameProcess(r) {
+			peers[r] = m.Base
+			continue
+		}
+		peer := c.node.boot.Peer(r)
+		p, err := peermem.Map(c.rt, peer.Sock, c.node.boot.Secret(), m, time.Now().Add(c.node.boot.Wait()))
+		if err != nil {
+			return nil, imports, result.Errorf(result.Of(err), "window register: rank %d (pid %d): %w", r, peer.Pid, err)
+		}
+		imports = append(imports, importedMem{p: p, dev: c.dev})
+		peers[r] = p + (m.Base - m.AllocBase)
 	}
-	w.reach = reach
-	w.live.Store(true)
+	w.peers, w.reach = peers, reach
+	return peers, imports, nil
+}
+
+// importedMem is one peer allocation mapped into this process.
+type importedMem struct {
+	p   hip.DevicePtr
+	dev int
+}
+
+// reachOf is how far copies may go into every rank's window: the smallest
+// size. The engine's own windows are sized alike on every rank (it
+// addresses a peer's with its own sizes, and the ranks agreed on
+// CECOLL_STAGING_BYTES at init: agreeEngine), so there a difference is a
+// peer breaking the protocol, refused before any copy could reach past
+// what it mapped.
+func reachOf(w *Window, sizes []uintptr) (uintptr, error) {
+	reach := w.size
+	for r, s := range sizes {
+		if w.internal && s != w.size {
+			return 0, result.Errorf(result.RemoteError, "window register: rank %d's internal window is %d bytes, this rank's %d, although the ranks agreed on the engine's settings at init", r, s, w.size)
+		}
+		reach = min(reach, s)
+	}
+	return reach, nil
+}
+
+// unmapWindow releases w's imports of peer memory (deregistration).
+func (c *Comm) unmapWindow(w *Window) {
+	if c.node == nil {
+		return
+	}
+	c.node.mu.Lock()
+	imps := c.node.imports[w]
+	delete(c.node.imports, w)
+	delete(c.node.winIndex, w)
+	c.node.mu.Unlock()
+	c.unmap(imps)
+}
+
+func (c *Comm) unmap(imps []importedMem) {
+	if len(imps) == 0 {
+		return
+	}
+	err := c.onDevice(func() error {
+		for _, m := range imps {
+			if err := c.rt.MemFree(m.p); err != nil {
+				log.Warnf("rank %d: unmapping a peer's window memory %#x: %v", c.rank, m.p, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		log.Warnf("rank %d: unmapping peers' window memory: %v", c.rank, err)
+	}
+}
+
+func firstNonNil(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
 	return nil
 }
 

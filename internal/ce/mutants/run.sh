@@ -5,15 +5,17 @@
 # each in a scratch copy of the module and runs its test, which must fail
 # (a hang counts as a failure: -timeout). Prints one line per mutant and
 # exits non-zero when one survives or does not apply. MUTANTS="B08 B17"
-# runs only those. The FNN.patch files of internal/comm/mutants do the
-# same for forward mode's decisions (routing agreement, real-first
-# teardown, the window rule), run in ./internal/comm/.
+# runs only those. The patches of internal/comm/mutants do the same for
+# the communicators' decisions, run in ./internal/comm/: FNN forward
+# mode's (routing agreement, real-first teardown, the window rule), CNN
+# the rest (a refusal fails every rank, CECOLL_CHECK's rooted offsets,
+# the engine settings agreed at init, forward-only on too few queues).
 set -u
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 survived=0 total=0
-for p in "$root"/internal/ce/mutants/[BE]*.patch "$root"/internal/comm/mutants/F*.patch; do
+for p in "$root"/internal/ce/mutants/[BE]*.patch "$root"/internal/comm/mutants/[CF]*.patch; do
   pkg=./internal/$(basename "$(dirname "$(dirname "$p")")")/
   name=$(basename "$p" .patch)
   case " ${MUTANTS:-$name} " in *" $name "*) ;; *) continue ;; esac

@@ -1,4 +1,4 @@
-package comm
+package peermem
 
 import (
 	"crypto/rand"
@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"cecoll/internal/bootstrap"
 	"cecoll/internal/hip"
 	"cecoll/internal/log"
 	"cecoll/internal/result"
@@ -21,13 +22,14 @@ import (
 // Passing allocations between processes: each process serves, on one
 // abstract Unix socket (nothing on the filesystem, gone with the process),
 // file descriptors of the allocations its ranks are registering as
-// windows. A peer asks with the communicator's secret (key and tag) and
-// the allocation's base; only an allocation published for that key is
-// exported, and only to a request whose tag matches (compared in constant
-// time); its fd travels with SCM_RIGHTS, and both sides close their copy
-// after use. Any local user can connect (the name shows in
-// /proc/net/unix): the socket is served through a gate (gate.go), and a
-// requester retries a connection dropped before any answer.
+// windows. A peer asks with the communicator's secret (the id's key and
+// tag: bootstrap.Secret) and the allocation's base; only an allocation
+// published for that key is exported, and only to a request whose tag
+// matches (compared in constant time); its fd travels with SCM_RIGHTS, and
+// both sides close their copy after use. Any local user can connect (the
+// name shows in /proc/net/unix): the socket is served through a gate
+// (bootstrap.Gate), and a requester retries a connection dropped before
+// any answer.
 
 type exportKey struct {
 	key  uint64
@@ -35,7 +37,7 @@ type exportKey struct {
 }
 
 type exportEntry struct {
-	tag  [tagBytes]byte
+	tag  [bootstrap.TagBytes]byte
 	rt   hip.Runtime
 	dev  int
 	refs int
@@ -51,47 +53,54 @@ var fds struct {
 	exports map[exportKey]*exportEntry
 }
 
-// fdServer starts this process's socket once and returns its name.
-func fdServer() (string, error) {
+// Socket starts this process's socket once and returns its name.
+func Socket() (string, error) {
 	fds.once.Do(func() {
 		var r [8]byte
 		rand.Read(r[:])
-		name := fmt.Sprintf("%s%d-%s", sockPrefix, os.Getpid(), hex.EncodeToString(r[:]))
+		name := fmt.Sprintf("%s%d-%s", bootstrap.SockPrefix, os.Getpid(), hex.EncodeToString(r[:]))
 		ln, err := net.Listen("unix", name)
 		if err != nil {
 			fds.err = result.Errorf(result.SystemError, "window fd socket %q: %w", name, err)
 			return
 		}
 		fds.name = name
-		fds.exports = make(map[exportKey]*exportEntry)
-		go newGate("window fd socket").serve(ln, fdServe)
+		go bootstrap.NewGate("window fd socket").Serve(ln, serve)
 	})
 	return fds.name, fds.err
 }
 
-// publish makes [base] exportable to ranks presenting sec, until
-// unpublish.
-func publish(sec secret, rt hip.Runtime, dev int, base hip.DevicePtr) {
+// Publish makes [base] exportable to ranks presenting sec, until
+// Unpublish.
+func Publish(sec bootstrap.Secret, rt hip.Runtime, dev int, base hip.DevicePtr) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
-	k := exportKey{sec.key, base}
-	if e := fds.exports[k]; e != nil {
+	k := exportKey{sec.Key, base}
+	if e := exportsLocked()[k]; e != nil {
 		e.refs++
 		return
 	}
-	fds.exports[k] = &exportEntry{tag: sec.tag, rt: rt, dev: dev, refs: 1, fd: -1}
+	fds.exports[k] = &exportEntry{tag: sec.Tag, rt: rt, dev: dev, refs: 1, fd: -1}
 }
 
-// publishFD makes the open file fd exportable under (sec, tag).
-func publishFD(sec secret, tag hip.DevicePtr, fd int) {
+// PublishFD makes the open file fd exportable under (sec, tag).
+func PublishFD(sec bootstrap.Secret, tag hip.DevicePtr, fd int) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
-	fds.exports[exportKey{sec.key, tag}] = &exportEntry{tag: sec.tag, refs: 1, fd: fd}
+	exportsLocked()[exportKey{sec.Key, tag}] = &exportEntry{tag: sec.Tag, refs: 1, fd: fd}
 }
 
-func unpublishFD(key uint64, tag hip.DevicePtr) { unpublish(key, tag) }
+// exportsLocked is the table of what is published (fds.mu held), made at
+// the first publication: it may precede Socket (a CECOLL_CHECK board is
+// published before its process connects).
+func exportsLocked() map[exportKey]*exportEntry {
+	if fds.exports == nil {
+		fds.exports = make(map[exportKey]*exportEntry)
+	}
+	return fds.exports
+}
 
-func unpublish(key uint64, base hip.DevicePtr) {
+func Unpublish(key uint64, base hip.DevicePtr) {
 	fds.mu.Lock()
 	defer fds.mu.Unlock()
 	k := exportKey{key, base}
@@ -103,45 +112,45 @@ func unpublish(key uint64, base hip.DevicePtr) {
 }
 
 // fdReqBytes is a request: key u64, tag, base u64.
-const fdReqBytes = 8 + tagBytes + 8
+const fdReqBytes = 8 + bootstrap.TagBytes + 8
 
-func encodeFDRequest(sec secret, base hip.DevicePtr) [fdReqBytes]byte {
+func encodeFDRequest(sec bootstrap.Secret, base hip.DevicePtr) [fdReqBytes]byte {
 	var b [fdReqBytes]byte
-	binary.LittleEndian.PutUint64(b[0:], sec.key)
-	copy(b[8:], sec.tag[:])
-	binary.LittleEndian.PutUint64(b[8+tagBytes:], uint64(base))
+	binary.LittleEndian.PutUint64(b[0:], sec.Key)
+	copy(b[8:], sec.Tag[:])
+	binary.LittleEndian.PutUint64(b[8+bootstrap.TagBytes:], uint64(base))
 	return b
 }
 
-func parseFDRequest(b [fdReqBytes]byte) (secret, hip.DevicePtr) {
-	var s secret
-	s.key = binary.LittleEndian.Uint64(b[0:])
-	copy(s.tag[:], b[8:])
-	return s, hip.DevicePtr(binary.LittleEndian.Uint64(b[8+tagBytes:]))
+func parseFDRequest(b [fdReqBytes]byte) (bootstrap.Secret, hip.DevicePtr) {
+	var s bootstrap.Secret
+	s.Key = binary.LittleEndian.Uint64(b[0:])
+	copy(s.Tag[:], b[8:])
+	return s, hip.DevicePtr(binary.LittleEndian.Uint64(b[8+bootstrap.TagBytes:]))
 }
 
-func fdServe(gc *gateConn) {
-	gc.SetDeadline(time.Now().Add(helloTimeout))
+func serve(gc *bootstrap.GateConn) {
+	gc.SetDeadline(time.Now().Add(bootstrap.HelloTimeout))
 	var req [fdReqBytes]byte
 	if _, err := ioReadFull(gc, req[:]); err != nil {
-		gc.refuse("no request: %v", err)
+		gc.Refuse("no request: %v", err)
 		return
 	}
 	sec, base := parseFDRequest(req)
 	fds.mu.Lock()
-	e := fds.exports[exportKey{sec.key, base}]
+	e := fds.exports[exportKey{sec.Key, base}]
 	var ent exportEntry
 	if e != nil {
 		ent = *e
 	}
 	fds.mu.Unlock()
 	// A missing entry and a wrong tag look alike to the requester.
-	if e == nil || !sameTag(ent.tag, sec.tag) {
+	if e == nil || !bootstrap.SameTag(ent.tag, sec.Tag) {
 		gc.Write([]byte("no such allocation"))
-		gc.refuse("a request for allocation %#x not published for that secret", base)
+		gc.Refuse("a request for allocation %#x not published for that secret", base)
 		return
 	}
-	if !gc.pass() {
+	if !gc.Pass() {
 		return
 	}
 	conn := gc.Conn.(*net.UnixConn)
@@ -172,10 +181,16 @@ func exportOnDevice(rt hip.Runtime, dev int, base hip.DevicePtr) (int, error) {
 	return rt.MemExport(base)
 }
 
-// fetchFD asks the process serving sock for the allocation at base,
+// dropped is an attempt the peer's socket cut short before answering
+// (its gate under a flood): worth another.
+type dropped struct{ err error }
+
+func (d dropped) Error() string { return d.err.Error() }
+
+// Fetch asks the process serving sock for the allocation at base,
 // retrying a connection dropped before an answer (the peer's gate under a
 // flood) until deadline.
-func fetchFD(sock string, sec secret, base hip.DevicePtr, deadline time.Time) (int, error) {
+func Fetch(sock string, sec bootstrap.Secret, base hip.DevicePtr, deadline time.Time) (int, error) {
 	delay := 5 * time.Millisecond
 	for {
 		fd, err := fetchOnce(sock, sec, base, deadline)
@@ -188,16 +203,16 @@ func fetchFD(sock string, sec secret, base hip.DevicePtr, deadline time.Time) (i
 	}
 }
 
-func fetchOnce(sock string, sec secret, base hip.DevicePtr, deadline time.Time) (int, error) {
+func fetchOnce(sock string, sec bootstrap.Secret, base hip.DevicePtr, deadline time.Time) (int, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
-		if transient(err) {
+		if bootstrap.Transient(err) {
 			return -1, dropped{err}
 		}
 		return -1, err
 	}
 	defer conn.Close()
-	if d := time.Now().Add(helloTimeout); d.Before(deadline) {
+	if d := time.Now().Add(bootstrap.HelloTimeout); d.Before(deadline) {
 		deadline = d
 	}
 	conn.SetDeadline(deadline)

@@ -1,6 +1,8 @@
-package comm
+package bootstrap
 
 import (
+	"net"
+
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -33,19 +35,19 @@ const idMagic uint64 = 0x44496c6c6f636563
 
 const (
 	tagOff   = 48
-	tagBytes = 16
+	TagBytes = 16 // a secret's tag
 )
 
-// secret is what a rank proves to the root and to its peers' fd sockets:
-// the id's key and its tag.
-type secret struct {
-	key uint64
-	tag [tagBytes]byte
+// Secret is what a rank proves to the root and to its peers' fd sockets
+// (internal/peermem): the id's key and its tag.
+type Secret struct {
+	Key uint64
+	Tag [TagBytes]byte
 }
 
 // NewID is ncclGetUniqueId: with a root address given (CECOLL_COMM_ID,
 // NCCL_COMM_ID), the id every process makes for it (commid.go); else a
-// fresh one of this process's root (newRandomID).
+// fresh one of this process's root (NewRandomID).
 func NewID() (ID, error) {
 	a, err := commIDAddr()
 	if err != nil || a != nil {
@@ -54,13 +56,13 @@ func NewID() (ID, error) {
 		}
 		return newCommID(a), nil
 	}
-	return newRandomID()
+	return NewRandomID()
 }
 
-// newRandomID is a fresh key, its tag, and the address of this process's
+// NewRandomID is a fresh key, its tag, and the address of this process's
 // bootstrap root listener (started on first use), which ranks in any
-// process of the node reach over TCP (tcproot.go).
-func newRandomID() (ID, error) {
+// process of the node reach over TCP (root.go).
+func NewRandomID() (ID, error) {
 	var id ID
 	binary.LittleEndian.PutUint64(id[0:8], idMagic)
 	if _, err := rand.Read(id[8:16]); err != nil {
@@ -74,8 +76,8 @@ func newRandomID() (ID, error) {
 	return id, nil
 }
 
-// key returns the rendezvous key, or InvalidArgument for a foreign id.
-func (id *ID) key() (uint64, error) {
+// Key returns the rendezvous key, or InvalidArgument for a foreign id.
+func (id *ID) Key() (uint64, error) {
 	if binary.LittleEndian.Uint64(id[0:8]) != idMagic {
 		return 0, result.Errorf(result.InvalidArgument, "unique id was not made by ncclGetUniqueId (bad magic)")
 	}
@@ -85,10 +87,27 @@ func (id *ID) key() (uint64, error) {
 	return binary.LittleEndian.Uint64(id[8:16]), nil
 }
 
-func (id *ID) secret() secret {
-	s := secret{key: binary.LittleEndian.Uint64(id[8:16])}
-	copy(s.tag[:], id[tagOff:])
+// RootAddr is the address of the root the id names (false: an id of the
+// in-process bootstrap).
+func (id *ID) RootAddr() (*net.TCPAddr, bool) {
+	a, ok, err := getSockaddr(id[16:])
+	return a, ok && err == nil
+}
+
+// Secret is the id's secret.
+func (id *ID) Secret() Secret {
+	s := Secret{Key: binary.LittleEndian.Uint64(id[8:16])}
+	copy(s.Tag[:], id[tagOff:])
 	return s
+}
+
+// LocalID is an id of the in-process bootstrap naming rendezvous key key
+// (the id a communicator of ncclCommInitAll was made from, for Shrink).
+func LocalID(key uint64) ID {
+	var id ID
+	binary.LittleEndian.PutUint64(id[0:8], idMagic)
+	binary.LittleEndian.PutUint64(id[8:16], key)
+	return id
 }
 
 // macKey is this process's HMAC key for the tags of its ids.
@@ -99,12 +118,12 @@ var macKey = sync.OnceValue(func() []byte {
 })
 
 // tagOf is the tag of the id with key made by this process.
-func tagOf(key uint64) [tagBytes]byte {
+func tagOf(key uint64) [TagBytes]byte {
 	m := hmac.New(sha256.New, macKey())
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], key)
 	m.Write(b[:])
-	var t [tagBytes]byte
+	var t [TagBytes]byte
 	copy(t[:], m.Sum(nil))
 	return t
 }
@@ -112,17 +131,17 @@ func tagOf(key uint64) [tagBytes]byte {
 // ours reports, in constant time, whether s names an id this process
 // made, or is the id of the given address this process's rank 0 listens
 // at (which has no secret to check).
-func (s *secret) ours() bool {
-	want := tagOf(s.key)
-	if subtle.ConstantTimeCompare(s.tag[:], want[:]) == 1 {
+func (s *Secret) ours() bool {
+	want := tagOf(s.Key)
+	if subtle.ConstantTimeCompare(s.Tag[:], want[:]) == 1 {
 		return true
 	}
 	k := commIDRoot.key.Load()
-	return k != 0 && s.key == k && s.tag == commIDTag(k)
+	return k != 0 && s.Key == k && s.Tag == commIDTag(k)
 }
 
-// sameTag compares two tags in constant time.
-func sameTag(a, b [tagBytes]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+// SameTag compares two tags in constant time.
+func SameTag(a, b [TagBytes]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
 
 // Derived ids (ncclCommShrink): ranks that cannot all meet (the excluded
 // ones never call) make the same id each on its own, from the parent's id
@@ -137,7 +156,7 @@ const derivedOff = 64
 // tags chained, so that the key the root proves is always one it made.
 func DerivedID(parent *ID, tag uint64) ID {
 	id := *parent
-	pk, ptag := parent.derivation()
+	pk, ptag := parent.Derivation()
 	if pk == 0 {
 		pk = binary.LittleEndian.Uint64(parent[8:16])
 	} else {
@@ -149,9 +168,9 @@ func DerivedID(parent *ID, tag uint64) ID {
 	return id
 }
 
-// derivation returns the parent key and tag of a derived id (0, 0
+// Derivation returns the parent key and tag of a derived id (0, 0
 // otherwise).
-func (id *ID) derivation() (parent, tag uint64) {
+func (id *ID) Derivation() (parent, tag uint64) {
 	return binary.LittleEndian.Uint64(id[derivedOff:]), binary.LittleEndian.Uint64(id[derivedOff+8:])
 }
 

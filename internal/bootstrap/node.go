@@ -1,7 +1,8 @@
-package comm
+package bootstrap
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -14,38 +15,46 @@ import (
 	"cecoll/internal/result"
 )
 
-// peerInfo is one rank's entry in the table the root hands out.
-type peerInfo struct {
-	pid  uint32
-	host string
-	sock string // its process's fd-passing socket (fdpass.go)
+// Peer is one rank's entry in the table the root hands out.
+type Peer struct {
+	Pid  uint32
+	Host string
+	Sock string // its process's fd-passing socket (internal/peermem); starts with SockPrefix
 }
 
-// tcpBoot is one rank's bootstrap through the root listener named in the
+// NodeOptions are what a Node needs from its communicator.
+type NodeOptions struct {
+	// Local reports whether rank r is one of this process's (its
+	// in-process world): a peer cannot claim to be here.
+	Local func(r int) bool
+	// OnFail hears a peer's death or abort; never our own Abort.
+	OnFail func(error)
+	// OnDone runs once the rendezvous ended, either way.
+	OnDone func()
+	// Socket names this process's fd-passing socket, for the hello.
+	Socket func() (string, error)
+}
+
+// Node is one rank's bootstrap through the root listener named in the
 // unique id. It connects on first use (inside the collective init, so
 // several ranks created in one group connect concurrently). A reader
 // goroutine takes every frame the root sends: allgather results, and the
-// abort that says a peer died, which it reports at once through onFail.
-type tcpBoot struct {
+// abort that says a peer died, which it reports at once through OnFail.
+type Node struct {
 	addr *net.TCPAddr
-	sec  secret
+	sec  Secret
 	// parent and dtag: a derived id's (DerivedID): the root accepts the
 	// key as derived from its parent's.
 	parent, dtag uint64
 	n, rank      int
-	local        func(r int) bool // rank r is one of this process's (its in-process world)
-	onFail       func(error)      // a peer's death or abort; never called for our own Abort
-	onTable      func() error     // the root answered: every rank has arrived
-	onDone       func()           // the rendezvous ended, either way
-	check        bool             // CECOLL_CHECK: rank 0 makes the board before its hello
-	boardFD      int
+	opts         NodeOptions
 	timeout      time.Duration
 
 	connectOnce sync.Once
 	connErr     error
 	conn        net.Conn
 	wmu         sync.Mutex
-	table       []peerInfo
+	table       []Peer
 	here        []bool // by rank: in this process (set with table)
 
 	seq uint64 // allgathers made by this rank (one caller at a time)
@@ -61,12 +70,23 @@ type tcpBoot struct {
 	patient bool
 }
 
-func newTCPBoot(addr *net.TCPAddr, sec secret, n, rank int) *tcpBoot {
-	return &tcpBoot{addr: addr, sec: sec, n: n, rank: rank, timeout: bootTimeout(), boardFD: -1,
+// NewNode is rank's bootstrap of an n-rank communicator through the root
+// id names; nil when id names none (an id of the in-process bootstrap).
+// Nothing is connected yet (Connect).
+func NewNode(id *ID, n, rank int, opts NodeOptions) *Node {
+	addr, ok, _ := getSockaddr(id[16:])
+	if !ok {
+		return nil
+	}
+	b := &Node{addr: addr, sec: id.Secret(), n: n, rank: rank, opts: opts, timeout: Timeout(),
 		replies: make(map[uint64]chan [][]byte), failCh: make(chan struct{})}
+	b.parent, b.dtag = id.Derivation()
+	b.patient = id.FromCommID()
+	return b
 }
 
-var hostname = sync.OnceValue(func() string {
+// Hostname is this machine's name as ranks report it ("?" when unknown).
+var Hostname = sync.OnceValue(func() string {
 	h, err := os.Hostname()
 	if err != nil {
 		return "?"
@@ -74,37 +94,27 @@ var hostname = sync.OnceValue(func() string {
 	return h
 })
 
-// connect presents this rank to the root and waits for the table.
-func (b *tcpBoot) connect() error {
+// Connect presents this rank to the root and waits for the table (once;
+// later calls return the first's answer).
+func (b *Node) Connect() error {
 	b.connectOnce.Do(func() {
 		b.connErr = b.dial()
-		if b.connErr != nil && b.boardFD >= 0 {
-			// Rank 0's CECOLL_CHECK board never reached a peer.
-			unpublishFD(b.sec.key, boardTag)
-			closeFD(b.boardFD)
-			b.boardFD = -1
-		}
-		if b.onDone != nil {
-			b.onDone()
+		if b.opts.OnDone != nil {
+			b.opts.OnDone()
 		}
 	})
 	return b.connErr
 }
 
-func (b *tcpBoot) dial() error {
+func (b *Node) dial() error {
 	if err := b.failed(); err != nil {
 		return err
 	}
-	sock, err := fdServer()
+	sock, err := b.opts.Socket()
 	if err != nil {
 		return err
 	}
-	if b.check && b.rank == 0 && b.boardFD < 0 {
-		if b.boardFD, err = newBoardFD(b.sec, b.n); err != nil {
-			return err
-		}
-	}
-	h := hello{sec: b.sec, n: b.n, rank: b.rank, pid: uint32(os.Getpid()), host: hostname(), sock: sock, parent: b.parent, dtag: b.dtag}
+	h := hello{sec: b.sec, n: b.n, rank: b.rank, pid: uint32(os.Getpid()), host: Hostname(), sock: sock, parent: b.parent, dtag: b.dtag}
 	frame := h.encode()
 	deadline := time.Now().Add(b.timeout + 2*time.Second)
 	var conn net.Conn
@@ -112,7 +122,7 @@ func (b *tcpBoot) dial() error {
 	var typ byte
 	var p []byte
 	// The root drops a connection before any answer only when it is
-	// flooded (gate.go) or the id is not its own: retry until the
+	// flooded (Gate.go) or the id is not its own: retry until the
 	// deadline, so that a flood delays a join and never breaks it.
 	delay, drops := 5*time.Millisecond, 0
 	for {
@@ -173,25 +183,20 @@ func (b *tcpBoot) dial() error {
 	}
 	b.conn = conn
 	b.mu.Unlock()
-	if b.onTable != nil {
-		if err := b.onTable(); err != nil {
-			b.Abort(err)
-			return err
-		}
-	}
 	go b.reader(br)
 	return nil
 }
 
-// dropped is an attempt the root (or the fd socket of a peer) cut short
-// before answering: worth another.
+// dropped is an attempt the root cut short before answering: worth
+// another.
 type dropped struct{ err error }
 
 func (d dropped) Error() string { return d.err.Error() }
 
-// transient reports whether a connect error may pass: this process out of
-// fds or ports for a moment (a flood), a reset, a full backlog.
-func transient(err error) bool {
+// Transient reports whether a connect error may pass: this process out of
+// fds or ports for a moment (a flood), a reset, a full backlog. Clients of
+// a Gate retry those.
+func Transient(err error) bool {
 	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
 		syscall.EAGAIN, syscall.ECONNRESET, syscall.EADDRNOTAVAIL, syscall.EINTR} {
 		if errors.Is(err, e) {
@@ -202,11 +207,11 @@ func transient(err error) bool {
 }
 
 // attempt makes one connection: hello, then the root's first frame.
-func (b *tcpBoot) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Reader, byte, []byte, error) {
+func (b *Node) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Reader, byte, []byte, error) {
 	d := net.Dialer{Deadline: deadline}
 	conn, err := d.Dial("tcp", b.addr.String())
 	if err != nil {
-		if transient(err) || (b.patient && errors.Is(err, syscall.ECONNREFUSED)) {
+		if Transient(err) || (b.patient && errors.Is(err, syscall.ECONNREFUSED)) {
 			return nil, nil, 0, nil, dropped{err}
 		}
 		return nil, nil, 0, nil, result.Errorf(result.SystemError, "bootstrap: rank %d cannot reach the root %v named in the unique id: %w", b.rank, b.addr, err)
@@ -231,37 +236,37 @@ func (b *tcpBoot) attempt(frame []byte, deadline time.Time) (net.Conn, *bufio.Re
 // tableLimit bounds the root's first answer to a rank of an n-rank
 // communicator: its table, or a failure.
 func tableLimit(n int) int {
-	return int(max(min(4+int64(n)*(12+maxHost+maxSock), rootBudget), maxText+16))
+	return int(max(min(4+int64(n)*(12+MaxHost+maxSock), rootBudget), MaxText+16))
 }
 
 // checkHere records which ranks run in this process. That comes from the
 // process's own world of the id (a peer cannot claim to be here: its
 // window bases would then be taken as pointers into this process), and
 // the table must agree.
-func (b *tcpBoot) checkHere(table []peerInfo) error {
+func (b *Node) checkHere(table []Peer) error {
 	b.here = make([]bool, b.n)
-	pid, host := uint32(os.Getpid()), hostname()
+	pid, host := uint32(os.Getpid()), Hostname()
 	for r := range table {
-		b.here[r] = r == b.rank || (b.local != nil && b.local(r))
-		if claims := table[r].pid == pid && table[r].host == host; claims != b.here[r] {
+		b.here[r] = r == b.rank || (b.opts.Local != nil && b.opts.Local(r))
+		if claims := table[r].Pid == pid && table[r].Host == host; claims != b.here[r] {
 			runs := "does not run it"
 			if b.here[r] {
 				runs = "runs it"
 			}
-			return fmt.Errorf("rank %d is listed as pid %d on %s, but this process (pid %d) %s", r, table[r].pid, table[r].host, pid, runs)
+			return fmt.Errorf("rank %d is listed as pid %d on %s, but this process (pid %d) %s", r, table[r].Pid, table[r].Host, pid, runs)
 		}
 	}
 	return nil
 }
 
-func (b *tcpBoot) failed() error {
+func (b *Node) failed() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.failErr
 }
 
 // fail records err as the communicator's end; the first error wins.
-func (b *tcpBoot) fail(err error) bool {
+func (b *Node) fail(err error) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failErr != nil {
@@ -272,8 +277,8 @@ func (b *tcpBoot) fail(err error) bool {
 	return true
 }
 
-func (b *tcpBoot) reader(br *bufio.Reader) {
-	limit := max(gatherReplyLimit(b.n), maxText+16)
+func (b *Node) reader(br *bufio.Reader) {
+	limit := max(gatherReplyLimit(b.n), MaxText+16)
 	for {
 		typ, p, err := readFrame(br, limit, nil)
 		if err != nil {
@@ -308,13 +313,13 @@ func (b *tcpBoot) reader(br *bufio.Reader) {
 	}
 }
 
-func (b *tcpBoot) peerFailed(err error) {
-	if b.fail(err) && b.onFail != nil {
-		b.onFail(err)
+func (b *Node) peerFailed(err error) {
+	if b.fail(err) && b.opts.OnFail != nil {
+		b.opts.OnFail(err)
 	}
 }
 
-func (b *tcpBoot) send(typ byte, p []byte) error {
+func (b *Node) send(typ byte, p []byte) error {
 	b.mu.Lock()
 	conn := b.conn
 	b.mu.Unlock()
@@ -328,11 +333,11 @@ func (b *tcpBoot) send(typ byte, p []byte) error {
 }
 
 // AllGather implements Bootstrap.
-func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
+func (b *Node) AllGather(mine []byte) ([][]byte, error) {
 	if len(mine) > maxGatherBytes {
 		return nil, result.Errorf(result.InternalError, "bootstrap: an allgather of %d bytes per rank (at most %d)", len(mine), maxGatherBytes)
 	}
-	if err := b.connect(); err != nil {
+	if err := b.Connect(); err != nil {
 		return nil, err
 	}
 	b.seq++
@@ -374,13 +379,13 @@ func (b *tcpBoot) AllGather(mine []byte) ([][]byte, error) {
 }
 
 // Barrier implements Bootstrap.
-func (b *tcpBoot) Barrier() error {
+func (b *Node) Barrier() error {
 	_, err := b.AllGather(nil)
 	return err
 }
 
 // Abort implements Bootstrap: peers learn it through the root.
-func (b *tcpBoot) Abort(err error) {
+func (b *Node) Abort(err error) {
 	if !b.fail(err) {
 		return
 	}
@@ -389,8 +394,8 @@ func (b *tcpBoot) Abort(err error) {
 	}
 }
 
-// close leaves the communicator cleanly and closes the connection.
-func (b *tcpBoot) close() {
+// Close leaves the communicator cleanly and closes the connection.
+func (b *Node) Close() {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -409,22 +414,31 @@ func (b *tcpBoot) close() {
 	conn.Close()
 }
 
-// sameProcess reports whether rank r lives in this process (once the
-// table came).
-func (b *tcpBoot) sameProcess(r int) bool { return b.here[r] }
+// SameProcess reports whether rank r lives in this process (once
+// Connect succeeded).
+func (b *Node) SameProcess(r int) bool { return b.here[r] }
 
-// nodeState is a communicator's multi-process state.
-type nodeState struct {
-	boot *tcpBoot
+// Peer is rank r's entry of the table (once Connect succeeded).
+func (b *Node) Peer(r int) Peer { return b.table[r] }
 
-	mu       sync.Mutex
-	imports  map[*Window][]importedMem
-	winIndex map[*Window]int64 // registration order, the same on every rank
-	nextWin  int64
-	board    *checkBoard
+// Secret is the id's secret, which peers' fd sockets ask for too.
+func (b *Node) Secret() Secret { return b.sec }
 
-	stopWatch chan struct{}
-	stopOnce  sync.Once
+// Wait bounds a wait for this communicator's peers
+// (CECOLL_BOOTSTRAP_TIMEOUT).
+func (b *Node) Wait() time.Duration { return b.timeout }
+
+// ID is the unique id this node was made from (Split and Shrink derive
+// their children's from it).
+func (b *Node) ID() ID {
+	var id ID
+	binary.LittleEndian.PutUint64(id[0:8], idMagic)
+	binary.LittleEndian.PutUint64(id[8:16], b.sec.Key)
+	putSockaddr(id[16:], b.addr)
+	copy(id[tagOff:], b.sec.Tag[:])
+	binary.LittleEndian.PutUint64(id[derivedOff:], b.parent)
+	binary.LittleEndian.PutUint64(id[derivedOff+8:], b.dtag)
+	return id
 }
 
 // newTCPID fills id's address part with this process's root listener.
@@ -435,45 +449,4 @@ func newTCPID(id *ID) error {
 	}
 	putSockaddr(id[16:], ln.Addr().(*net.TCPAddr))
 	return nil
-}
-
-// attachNode switches c to the TCP bootstrap when its id names a root.
-func (c *Comm) attachNode(id *ID) {
-	addr, ok, _ := getSockaddr(id[16:])
-	if !ok {
-		return
-	}
-	b := newTCPBoot(addr, id.secret(), c.size, c.rank)
-	b.parent, b.dtag = id.derivation()
-	b.patient = id.fromCommID()
-	b.local = func(r int) bool { return c.w.peer(r) != nil }
-	c.node = &nodeState{boot: b, imports: make(map[*Window][]importedMem), winIndex: make(map[*Window]int64), stopWatch: make(chan struct{})}
-	b.onFail = c.fail
-	b.check = checkEnabled()
-	b.onDone = func() {
-		// After the root's answer every rank of this process has joined;
-		// after a failure the id must not stay reserved: either way the
-		// in-process rendezvous of the id is done with.
-		rendezvous.Lock()
-		if rendezvous.m[c.w.key] == c.w {
-			delete(rendezvous.m, c.w.key)
-		}
-		rendezvous.Unlock()
-	}
-	b.onTable = func() error {
-		if b.check {
-			return c.setupCheck(b)
-		}
-		return nil
-	}
-	c.boot = b
-}
-
-// nodeClose leaves the TCP bootstrap cleanly (destroy, abort).
-func (c *Comm) nodeClose() {
-	if c.node != nil {
-		c.node.stopOnce.Do(func() { close(c.node.stopWatch) })
-		c.closeCheck()
-		c.node.boot.close()
-	}
 }

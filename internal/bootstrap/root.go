@@ -1,4 +1,4 @@
-package comm
+package bootstrap
 
 import (
 	"bufio"
@@ -24,7 +24,7 @@ import (
 // the root) and its aborts.
 //
 // What the root holds grows only with ranks that arrived and proved the
-// secret (gate.go keeps strangers to a bounded number of fds): a forming
+// secret (Gate.go keeps strangers to a bounded number of fds): a forming
 // world is a map of the ranks that came; a running one lives as long as
 // its ranks' connections (the relay) and is garbage once the last one
 // left; an allgather round holds at most one contribution per rank, each
@@ -36,7 +36,7 @@ var root struct {
 	once sync.Once
 	ln   net.Listener
 	err  error
-	gate *gate
+	gate *Gate
 
 	mu      sync.Mutex
 	forming map[uint64]*rootWorld // by key: worlds whose ranks are arriving, or that failed doing so
@@ -57,9 +57,9 @@ func startRoot() (net.Listener, error) {
 			return
 		}
 		root.ln = ln
-		root.gate = newGate("bootstrap root")
+		root.gate = NewGate("bootstrap root")
 		log.Infof(log.Bootstrap, "bootstrap root listening on %v", ln.Addr())
-		go root.gate.serve(ln, serveConn)
+		go root.gate.Serve(ln, serveConn)
 	})
 	return root.ln, root.err
 }
@@ -186,10 +186,10 @@ func getSockaddr(b []byte) (a *net.TCPAddr, ok bool, err error) {
 	}
 }
 
-// helloTimeout bounds how long a connection may stay silent before it
+// HelloTimeout bounds how long a connection may stay silent before it
 // presents itself: a stranger holds nothing for long. It also bounds a
 // write to a peer that stopped reading.
-const helloTimeout = 10 * time.Second
+const HelloTimeout = 10 * time.Second
 
 // budget counts the bytes the root holds for its peers.
 type budget struct{ used atomic.Int64 }
@@ -242,7 +242,7 @@ type rootRound struct {
 func (r *rootRank) send(typ byte, p []byte) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	r.conn.SetWriteDeadline(time.Now().Add(helloTimeout))
+	r.conn.SetWriteDeadline(time.Now().Add(HelloTimeout))
 	return writeFrame(r.conn, typ, p)
 }
 
@@ -261,24 +261,24 @@ func (r *rootRank) String() string {
 
 // serveConn reads one connection's hello, joins it to its world, then
 // serves its frames until it leaves.
-func serveConn(gc *gateConn) {
+func serveConn(gc *GateConn) {
 	br := bufio.NewReader(gc)
-	gc.SetReadDeadline(time.Now().Add(helloTimeout))
+	gc.SetReadDeadline(time.Now().Add(HelloTimeout))
 	typ, p, err := readFrame(br, maxHelloFrame, nil)
 	if err != nil {
-		gc.refuse("no valid hello: %v", err)
+		gc.Refuse("no valid hello: %v", err)
 		return
 	}
 	h, err := parseHello(p)
 	if typ != frHello || err != nil {
-		gc.refuse("not a cecoll bootstrap hello (frame type %d: %v)", typ, err)
+		gc.Refuse("not a cecoll bootstrap hello (frame type %d: %v)", typ, err)
 		return
 	}
 	if !h.ours() {
-		gc.refuse("it did not present the secret of any unique id of this process")
+		gc.Refuse("it did not present the secret of any unique id of this process")
 		return
 	}
-	if !gc.pass() {
+	if !gc.Pass() {
 		return
 	}
 	conn := gc.Conn
@@ -291,7 +291,7 @@ func serveConn(gc *gateConn) {
 		conn.Close()
 		return
 	}
-	w := formingWorld(h.sec.key, h.n)
+	w := formingWorld(h.sec.Key, h.n)
 	if !w.join(rr, h.n) {
 		return
 	}
@@ -309,7 +309,7 @@ func formingWorld(key uint64, n int) *rootWorld {
 		root.forming = make(map[uint64]*rootWorld)
 	}
 	w := &rootWorld{key: key, n: n, ranks: make(map[int]*rootRank)}
-	timeout := bootTimeout()
+	timeout := Timeout()
 	w.timer = time.AfterFunc(timeout, func() { w.expire(timeout) })
 	root.forming[key] = w
 	return w
@@ -481,7 +481,7 @@ func (w *rootWorld) gather(rr *rootRank, seq uint64, data []byte, held int) erro
 	if rd.in < w.n {
 		return nil
 	}
-	var e enc
+	var e Enc
 	size := 8
 	for _, b := range rd.data {
 		size += 4 + len(b)
@@ -494,14 +494,14 @@ func (w *rootWorld) gather(rr *rootRank, seq uint64, data []byte, held int) erro
 		w.releaseRoundLocked()
 		return nil
 	}
-	e.b = make([]byte, 0, size)
-	e.u64(seq)
+	e.B = make([]byte, 0, size)
+	e.U64(seq)
 	for _, b := range rd.data {
-		e.bytes(b)
+		e.Bytes(b)
 	}
 	w.done = seq
 	w.releaseRoundLocked()
-	w.broadcastLocked(nil, frGather, e.b)
+	w.broadcastLocked(nil, frGather, e.B)
 	root.budget.give(size)
 	return nil
 }

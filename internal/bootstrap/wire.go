@@ -1,4 +1,4 @@
-package comm
+package bootstrap
 
 import (
 	"bufio"
@@ -35,13 +35,13 @@ const (
 	// maxRankFrame is the most a rank sends the root in one frame after
 	// its hello: a gather (seq, length, data) or an abort's text.
 	maxRankFrame = maxGatherBytes + 64
-	// maxHost and maxSock bound a hello's strings: a host name, and an
+	// MaxHost and maxSock bound a hello's strings: a host name, and an
 	// abstract socket name (108 bytes of sun_path, the leading NUL
 	// written "@").
-	maxHost = 255
+	MaxHost = 255
 	maxSock = 107
-	// maxText bounds a failure's text as relayed.
-	maxText = 4096
+	// MaxText bounds a failure's text as relayed.
+	MaxText = 4096
 	// rootBudget bounds the bytes the root holds for all its peers at
 	// once: frames being read, contributions to allgathers in progress
 	// and their results being sent.
@@ -53,10 +53,10 @@ const (
 // reserve memory for ranks that have not arrived.
 const MaxRanks = 1 << 16
 
-// sockPrefix starts every fd-passing socket name (fdpass.go); a table
+// SockPrefix starts every fd-passing socket name (internal/peermem); a table
 // entry naming anything else would make its peers connect, and present
 // the id's secret, elsewhere.
-const sockPrefix = "@cecoll-"
+const SockPrefix = "@cecoll-"
 
 func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	b := make([]byte, 5+len(payload))
@@ -97,81 +97,86 @@ var (
 	errBudget   = fmt.Errorf("the root holds %d MiB for its peers already", rootBudget>>20)
 )
 
-// enc builds a payload.
-type enc struct{ b []byte }
+// Enc builds a payload: little-endian numbers, length-prefixed bytes.
+// The payloads of internal/comm's exchanges use it too.
+type Enc struct{ B []byte }
 
-func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
-func (e *enc) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
-func (e *enc) raw(v []byte) { e.b = append(e.b, v...) }
-func (e *enc) bytes(v []byte) {
-	e.u32(uint32(len(v)))
-	e.b = append(e.b, v...)
+func (e *Enc) U32(v uint32) { e.B = binary.LittleEndian.AppendUint32(e.B, v) }
+func (e *Enc) U64(v uint64) { e.B = binary.LittleEndian.AppendUint64(e.B, v) }
+func (e *Enc) Raw(v []byte) { e.B = append(e.B, v...) }
+func (e *Enc) Bytes(v []byte) {
+	e.U32(uint32(len(v)))
+	e.B = append(e.B, v...)
 }
-func (e *enc) str(s string) { e.bytes([]byte(s)) }
+func (e *Enc) Str(s string) { e.Bytes([]byte(s)) }
 
-// dec reads a payload; the first short read sets err and zeroes the rest.
-type dec struct {
-	b   []byte
-	err error
+// Dec reads a payload a peer sent; the first short read sets Err and
+// zeroes the rest. Every decoder of what peers send checks each number
+// against its limits with it before anything is allocated.
+type Dec struct {
+	B   []byte
+	Err error
 }
 
 var errShort = errors.New("truncated frame")
 
-func (d *dec) take(n int) []byte {
-	if d.err != nil || n < 0 || len(d.b) < n {
-		d.err = errShort
+func (d *Dec) Take(n int) []byte {
+	if d.Err != nil || n < 0 || len(d.B) < n {
+		d.Err = errShort
 		return nil
 	}
-	v := d.b[:n]
-	d.b = d.b[n:]
+	v := d.B[:n]
+	d.B = d.B[n:]
 	return v
 }
 
-func (d *dec) u32() uint32 {
-	if v := d.take(4); v != nil {
+func (d *Dec) U32() uint32 {
+	if v := d.Take(4); v != nil {
 		return binary.LittleEndian.Uint32(v)
 	}
 	return 0
 }
 
-func (d *dec) u64() uint64 {
-	if v := d.take(8); v != nil {
+func (d *Dec) U64() uint64 {
+	if v := d.Take(8); v != nil {
 		return binary.LittleEndian.Uint64(v)
 	}
 	return 0
 }
 
-// bytes reads a length-prefixed field; a length beyond the payload fails
+// Bytes reads a length-prefixed field; a length beyond the payload fails
 // before anything is allocated (the field aliases the payload).
-func (d *dec) bytes() []byte {
-	n := d.u32()
-	if uint64(n) > uint64(len(d.b)) {
-		d.err = firstNonNil(d.err, errShort)
+func (d *Dec) Bytes() []byte {
+	n := d.U32()
+	if uint64(n) > uint64(len(d.B)) {
+		if d.Err == nil {
+			d.Err = errShort
+		}
 		return nil
 	}
-	return d.take(int(n))
+	return d.Take(int(n))
 }
 
-// strMax reads a string of at most max bytes.
-func (d *dec) strMax(max int, what string) string {
-	b := d.bytes()
-	if d.err == nil && len(b) > max {
-		d.err = fmt.Errorf("%s of %d bytes (at most %d)", what, len(b), max)
+// StrMax reads a string of at most max bytes.
+func (d *Dec) StrMax(max int, what string) string {
+	b := d.Bytes()
+	if d.Err == nil && len(b) > max {
+		d.Err = fmt.Errorf("%s of %d bytes (at most %d)", what, len(b), max)
 	}
 	return string(b)
 }
 
-// end fails when bytes are left over: every payload has one exact form.
-func (d *dec) end() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d bytes after the payload", len(d.b))
+// End fails when bytes are left over: every payload has one exact form.
+func (d *Dec) End() error {
+	if d.Err == nil && len(d.B) != 0 {
+		d.Err = fmt.Errorf("%d bytes after the payload", len(d.B))
 	}
-	return d.err
+	return d.Err
 }
 
 // hello is a rank's first frame.
 type hello struct {
-	sec     secret
+	sec     Secret
 	n, rank int
 	pid     uint32
 	host    string
@@ -181,37 +186,37 @@ type hello struct {
 }
 
 func (h *hello) encode() []byte {
-	var e enc
-	e.u64(idMagic)
-	e.u64(h.sec.key)
-	e.raw(h.sec.tag[:])
-	e.u32(uint32(h.n))
-	e.u32(uint32(h.rank))
-	e.u32(h.pid)
-	e.str(h.host)
-	e.str(h.sock)
+	var e Enc
+	e.U64(idMagic)
+	e.U64(h.sec.Key)
+	e.Raw(h.sec.Tag[:])
+	e.U32(uint32(h.n))
+	e.U32(uint32(h.rank))
+	e.U32(h.pid)
+	e.Str(h.host)
+	e.Str(h.sock)
 	if h.parent != 0 {
-		e.u64(h.parent)
-		e.u64(h.dtag)
+		e.U64(h.parent)
+		e.U64(h.dtag)
 	}
-	return e.b
+	return e.B
 }
 
 // parseHello reads a hello's fields; it checks their form, not their
 // values (validate does, once the secret is proven).
 func parseHello(p []byte) (hello, error) {
-	d := dec{b: p}
+	d := Dec{B: p}
 	var h hello
-	magic := d.u64()
-	h.sec.key = d.u64()
-	copy(h.sec.tag[:], d.take(tagBytes))
-	h.n, h.rank, h.pid = int(int32(d.u32())), int(int32(d.u32())), d.u32()
-	h.host = d.strMax(maxHost, "host name")
-	h.sock = d.strMax(maxSock, "socket name")
-	if d.err == nil && len(d.b) > 0 {
-		h.parent, h.dtag = d.u64(), d.u64()
+	magic := d.U64()
+	h.sec.Key = d.U64()
+	copy(h.sec.Tag[:], d.Take(TagBytes))
+	h.n, h.rank, h.pid = int(int32(d.U32())), int(int32(d.U32())), d.U32()
+	h.host = d.StrMax(MaxHost, "host name")
+	h.sock = d.StrMax(maxSock, "socket name")
+	if d.Err == nil && len(d.B) > 0 {
+		h.parent, h.dtag = d.U64(), d.U64()
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return hello{}, err
 	}
 	if magic != idMagic {
@@ -243,12 +248,12 @@ func (h *hello) ours() bool {
 	if h.parent == 0 {
 		return h.sec.ours()
 	}
-	p := secret{key: h.parent, tag: h.sec.tag}
-	return p.ours() && deriveKey(h.parent, h.dtag) == h.sec.key
+	p := Secret{Key: h.parent, Tag: h.sec.Tag}
+	return p.ours() && deriveKey(h.parent, h.dtag) == h.sec.Key
 }
 
 func validSock(s string) bool {
-	return strings.HasPrefix(s, sockPrefix) && len(s) <= maxSock && printable(s)
+	return strings.HasPrefix(s, SockPrefix) && len(s) <= maxSock && printable(s)
 }
 
 // printable reports whether s is printable ASCII: a peer's names end up in
@@ -264,7 +269,7 @@ func printable(s string) bool {
 
 // clean makes a peer's text safe for a log line: valid UTF-8, no control
 // characters.
-func clean(s string) string {
+func Clean(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return '?'
@@ -275,47 +280,47 @@ func clean(s string) string {
 
 // cleanLines is clean for a text of lines: the newlines stay, each line
 // is cleaned.
-func cleanLines(s string) string {
+func CleanLines(s string) string {
 	ls := strings.Split(s, "\n")
 	for i, l := range ls {
-		ls[i] = clean(l)
+		ls[i] = Clean(l)
 	}
 	return strings.Join(ls, "\n")
 }
 
 // encodeTable is the root's answer once every rank arrived.
 func encodeTable(ranks []*rootRank) []byte {
-	var e enc
-	e.u32(uint32(len(ranks)))
+	var e Enc
+	e.U32(uint32(len(ranks)))
 	for _, r := range ranks {
-		e.u32(r.pid)
-		e.str(r.host)
-		e.str(r.sock)
+		e.U32(r.pid)
+		e.Str(r.host)
+		e.Str(r.sock)
 	}
-	return e.b
+	return e.B
 }
 
 // parseTable reads the table of an n-rank communicator.
-func parseTable(p []byte, n int) ([]peerInfo, error) {
-	d := dec{b: p}
-	if got := d.u32(); d.err == nil && int64(got) != int64(n) {
+func parseTable(p []byte, n int) ([]Peer, error) {
+	d := Dec{B: p}
+	if got := d.U32(); d.Err == nil && int64(got) != int64(n) {
 		return nil, fmt.Errorf("a table of %d ranks, want %d", got, n)
 	}
 	// Each entry takes 12 bytes at least: no allocation beyond what came.
-	if d.err != nil || len(d.b)/12 < n {
+	if d.Err != nil || len(d.B)/12 < n {
 		return nil, errShort
 	}
-	table := make([]peerInfo, n)
+	table := make([]Peer, n)
 	for i := range table {
-		table[i] = peerInfo{pid: d.u32(), host: d.strMax(maxHost, "host name"), sock: d.strMax(maxSock, "socket name")}
-		if d.err == nil && !validSock(table[i].sock) {
-			return nil, fmt.Errorf("rank %d names the socket %q, not one of cecoll's", i, table[i].sock)
+		table[i] = Peer{Pid: d.U32(), Host: d.StrMax(MaxHost, "host name"), Sock: d.StrMax(maxSock, "socket name")}
+		if d.Err == nil && !validSock(table[i].Sock) {
+			return nil, fmt.Errorf("rank %d names the socket %q, not one of cecoll's", i, table[i].Sock)
 		}
-		if d.err == nil && !printable(table[i].host) {
-			return nil, fmt.Errorf("rank %d names the host %q", i, table[i].host)
+		if d.Err == nil && !printable(table[i].Host) {
+			return nil, fmt.Errorf("rank %d names the host %q", i, table[i].Host)
 		}
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return nil, err
 	}
 	return table, nil
@@ -323,18 +328,18 @@ func parseTable(p []byte, n int) ([]peerInfo, error) {
 
 // encodeGather is a rank's contribution to round seq.
 func encodeGather(seq uint64, data []byte) []byte {
-	var e enc
-	e.u64(seq)
-	e.bytes(data)
-	return e.b
+	var e Enc
+	e.U64(seq)
+	e.Bytes(data)
+	return e.B
 }
 
 // parseGather reads a rank's contribution.
 func parseGather(p []byte) (uint64, []byte, error) {
-	d := dec{b: p}
-	seq := d.u64()
-	data := d.bytes()
-	if err := d.end(); err != nil {
+	d := Dec{B: p}
+	seq := d.U64()
+	data := d.Bytes()
+	if err := d.End(); err != nil {
 		return 0, nil, err
 	}
 	if len(data) > maxGatherBytes {
@@ -350,47 +355,47 @@ func gatherReplyLimit(n int) int {
 
 // parseGatherReply reads the root's answer: seq and every rank's bytes.
 func parseGatherReply(p []byte, n int) (uint64, [][]byte, error) {
-	d := dec{b: p}
-	seq := d.u64()
-	if d.err != nil || len(d.b)/4 < n {
+	d := Dec{B: p}
+	seq := d.U64()
+	if d.Err != nil || len(d.B)/4 < n {
 		return 0, nil, errShort
 	}
 	all := make([][]byte, n)
 	for r := range all {
-		all[r] = d.bytes()
-		if d.err == nil && len(all[r]) > maxGatherBytes {
+		all[r] = d.Bytes()
+		if d.Err == nil && len(all[r]) > maxGatherBytes {
 			return 0, nil, fmt.Errorf("rank %d's part of %d bytes (at most %d)", r, len(all[r]), maxGatherBytes)
 		}
 	}
-	if err := d.end(); err != nil {
+	if err := d.End(); err != nil {
 		return 0, nil, err
 	}
 	return seq, all, nil
 }
 
 func failPayload(err error) []byte {
-	var e enc
-	e.u32(uint32(result.Of(err)))
+	var e Enc
+	e.U32(uint32(result.Of(err)))
 	msg := err.Error()
-	if len(msg) > maxText {
-		msg = msg[:maxText]
+	if len(msg) > MaxText {
+		msg = msg[:MaxText]
 	}
-	e.str(msg)
-	return e.b
+	e.Str(msg)
+	return e.B
 }
 
 // parseFail reads a failure (frFail, frAbort). A peer chooses the code, so
 // only an error code of ncclResult_t passes; anything else, or a frame
 // that does not parse, is ncclRemoteError.
 func parseFail(p []byte) (result.Code, string) {
-	d := dec{b: p}
-	code := result.Code(d.u32())
-	msg := d.strMax(maxText, "failure text")
-	if d.end() != nil {
+	d := Dec{B: p}
+	code := result.Code(d.U32())
+	msg := d.StrMax(MaxText, "failure text")
+	if d.End() != nil {
 		return result.RemoteError, "a peer sent a malformed failure frame"
 	}
 	if code < result.UnhandledCudaError || code > result.RemoteError {
 		code = result.RemoteError
 	}
-	return code, clean(msg)
+	return code, Clean(msg)
 }

@@ -1,4 +1,4 @@
-package comm
+package bootstrap
 
 import (
 	"crypto/sha256"
@@ -76,18 +76,18 @@ func commIDKey(sockaddr []byte) uint64 {
 	return binary.LittleEndian.Uint64(sum[:8]) | 1 // never 0
 }
 
-func commIDTag(key uint64) [tagBytes]byte {
+func commIDTag(key uint64) [TagBytes]byte {
 	b := binary.LittleEndian.AppendUint64([]byte("cecoll comm id tag\x00"), key)
 	sum := sha256.Sum256(b)
-	var t [tagBytes]byte
+	var t [TagBytes]byte
 	copy(t[:], sum[:])
 	return t
 }
 
-// fromCommID reports whether id was made from a given address (newCommID).
-func (id *ID) fromCommID() bool {
-	s := id.secret()
-	return s.key == commIDKey(id[16:16+sockaddrBytes]) && s.tag == commIDTag(s.key)
+// FromCommID reports whether id was made from a given address (newCommID).
+func (id *ID) FromCommID() bool {
+	s := id.Secret()
+	return s.Key == commIDKey(id[16:16+sockaddrBytes]) && s.Tag == commIDTag(s.Key)
 }
 
 // commIDRoot is the root's listener at a given address, opened by the
@@ -95,12 +95,12 @@ func (id *ID) fromCommID() bool {
 var commIDRoot struct {
 	mu   sync.Mutex
 	addr string
-	key  atomic.Uint64 // its ids' key, accepted without a secret (secret.ours)
+	key  atomic.Uint64 // its ids' key, accepted without a secret (Secret.ours)
 }
 
-// listenCommID opens the root's listener at the address id names, for
+// ListenCommID opens the root's listener at the address id names, for
 // rank 0 of a communicator made from it; later inits reuse it.
-func listenCommID(id *ID) error {
+func ListenCommID(id *ID) error {
 	a, _, err := getSockaddr(id[16:])
 	if err != nil {
 		return err
@@ -120,9 +120,9 @@ func listenCommID(id *ID) error {
 			a, param.CommID.From(), param.CommID.Get(), err)
 	}
 	commIDRoot.addr = a.String()
-	commIDRoot.key.Store(id.secret().key)
+	commIDRoot.key.Store(id.Secret().Key)
 	log.Infof(log.Bootstrap, "bootstrap root listening on %v, the given address", ln.Addr())
-	go newGate("bootstrap root").serve(ln, serveConn)
+	go NewGate("bootstrap root").Serve(ln, serveConn)
 	return nil
 }
 

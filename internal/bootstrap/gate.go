@@ -1,4 +1,4 @@
-package comm
+package bootstrap
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"cecoll/internal/log"
 )
 
-// A gate serves a listener any local user can reach (the bootstrap root's
+// A Gate serves a listener any local user can reach (the bootstrap root's
 // TCP port, the fd socket whose abstract name /proc/net/unix shows) for
 // clients that must prove the id's secret in their first message. A user
 // without the secret may only delay a join, so:
@@ -22,23 +22,23 @@ import (
 //     4..256); a newcomer beyond that evicts the oldest, so a flood holds
 //     a bounded number of fds while a real client, which writes its
 //     secret at once, is served within microseconds of its accept;
-//   - every connection has helloTimeout to prove the secret;
+//   - every connection has HelloTimeout to prove the secret;
 //   - refusals are logged, at most one line a second with a count.
 //
-// Clients retry a connection dropped before any answer (tcpboot.go dial,
-// fdpass.go fetchFD): an eviction costs them a retry, not the join.
-type gate struct {
+// Clients retry a connection dropped before any answer (Node.Connect,
+// internal/peermem Fetch): an eviction costs them a retry, not the join.
+type Gate struct {
 	name  string
 	limit int
 
 	mu      sync.Mutex
-	pending map[*gateConn]struct{}
+	pending map[*GateConn]struct{}
 	refused refusals
 }
 
-type gateConn struct {
+type GateConn struct {
 	net.Conn
-	g     *gate
+	g     *Gate
 	since time.Time
 	state int // gcPending, gcPassed, gcClosed (under g.mu)
 }
@@ -49,8 +49,8 @@ const (
 	gcClosed
 )
 
-func newGate(name string) *gate {
-	return &gate{name: name, limit: pendingLimit(), pending: make(map[*gateConn]struct{})}
+func NewGate(name string) *Gate {
+	return &Gate{name: name, limit: pendingLimit(), pending: make(map[*GateConn]struct{})}
 }
 
 // pendingLimit is an eighth of the process's fd limit, within 4..256: the
@@ -64,9 +64,9 @@ func pendingLimit() int {
 	return int(min(max(rl.Cur/8, 4), 256))
 }
 
-// serve accepts until the listener is closed, handing each connection to
+// Serve accepts until the listener is closed, handing each connection to
 // handle on its own goroutine.
-func (g *gate) serve(ln net.Listener, handle func(*gateConn)) {
+func (g *Gate) Serve(ln net.Listener, handle func(*GateConn)) {
 	var delay time.Duration
 	for {
 		conn, err := ln.Accept()
@@ -86,10 +86,10 @@ func (g *gate) serve(ln net.Listener, handle func(*gateConn)) {
 }
 
 // admit registers conn as pending, evicting the oldest pending connection
-// when the gate is full.
-func (g *gate) admit(conn net.Conn) *gateConn {
-	gc := &gateConn{Conn: conn, g: g, since: time.Now()}
-	var evicted *gateConn
+// when the Gate is full.
+func (g *Gate) admit(conn net.Conn) *GateConn {
+	gc := &GateConn{Conn: conn, g: g, since: time.Now()}
+	var evicted *GateConn
 	g.mu.Lock()
 	if len(g.pending) >= g.limit {
 		evicted = g.oldestLocked()
@@ -106,9 +106,9 @@ func (g *gate) admit(conn net.Conn) *gateConn {
 
 // shed closes the oldest half of the pending connections (at least one)
 // and returns how many.
-func (g *gate) shed() int {
+func (g *Gate) shed() int {
 	g.mu.Lock()
-	var out []*gateConn
+	var out []*GateConn
 	for n := (len(g.pending) + 1) / 2; n > 0; n-- {
 		gc := g.oldestLocked()
 		g.closeLocked(gc)
@@ -121,8 +121,8 @@ func (g *gate) shed() int {
 	return len(out)
 }
 
-func (g *gate) oldestLocked() *gateConn {
-	var old *gateConn
+func (g *Gate) oldestLocked() *GateConn {
+	var old *GateConn
 	for gc := range g.pending {
 		if old == nil || gc.since.Before(old.since) {
 			old = gc
@@ -131,14 +131,14 @@ func (g *gate) oldestLocked() *gateConn {
 	return old
 }
 
-func (g *gate) closeLocked(gc *gateConn) {
+func (g *Gate) closeLocked(gc *GateConn) {
 	delete(g.pending, gc)
 	gc.state = gcClosed
 }
 
-// pass marks gc as having proven the secret; false when it was evicted
+// Pass marks gc as having proven the secret; false when it was evicted
 // meanwhile (its connection is closed: the client retries).
-func (gc *gateConn) pass() bool {
+func (gc *GateConn) Pass() bool {
 	g := gc.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -150,9 +150,9 @@ func (gc *gateConn) pass() bool {
 	return true
 }
 
-// refuse drops a connection that did not prove the secret, with a logged
+// Refuse drops a connection that did not prove the secret, with a logged
 // reason (unless an eviction already dropped it).
-func (gc *gateConn) refuse(why string, args ...any) {
+func (gc *GateConn) Refuse(why string, args ...any) {
 	g := gc.g
 	g.mu.Lock()
 	evicted := gc.state == gcClosed
@@ -168,7 +168,7 @@ func (gc *gateConn) refuse(why string, args ...any) {
 
 // from names a connection's peer: its address, or for a Unix socket
 // (which has none) "a local process".
-func from(gc *gateConn) string {
+func from(gc *GateConn) string {
 	if a := gc.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
 		return a.String()
 	}
@@ -176,7 +176,7 @@ func from(gc *gateConn) string {
 }
 
 // pendingCount is for tests.
-func (g *gate) pendingCount() int {
+func (g *Gate) pendingCount() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.pending)
