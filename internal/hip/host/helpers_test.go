@@ -1,7 +1,6 @@
 package host
 
 import (
-	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -12,20 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/testutil"
 )
 
-// watchdog fails the whole test binary with a goroutine dump if the test
-// is still running after d, so a lost wake gives a failure, not a hung CI.
-func watchdog(t *testing.T, d time.Duration) {
-	t.Helper()
-	timer := time.AfterFunc(d, func() {
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %v\n%s\n", t.Name(), d, buf[:n])
-		panic("watchdog: " + t.Name() + " hung")
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
+var watchdog = testutil.Watchdog
 
 func newRT(t *testing.T, cfg Config) *Runtime {
 	t.Helper()

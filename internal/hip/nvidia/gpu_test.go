@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/testutil"
 )
 
 // openGPU returns the process's runtime, or skips where libcuda.so.1 or a
@@ -30,17 +31,7 @@ func openGPU(tb testing.TB) *Runtime {
 	return r
 }
 
-// watchdog fails the whole binary with every goroutine's stack if the test
-// has not finished after d: a broken flag protocol must not hang CI.
-func watchdog(tb testing.TB, d time.Duration) {
-	tm := time.AfterFunc(d, func() {
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		fmt.Fprintf(os.Stderr, "watchdog: %s still running after %v\n%s\n", tb.Name(), d, buf[:n])
-		os.Exit(3)
-	})
-	tb.Cleanup(func() { tm.Stop() })
-}
+var watchdog = testutil.Watchdog
 
 func alloc(tb testing.TB, r *Runtime, n uintptr) hip.DevicePtr {
 	tb.Helper()
