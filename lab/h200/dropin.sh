@@ -27,6 +27,11 @@
 #             layout ("Duplicate GPU"), the communicator stays CE-only,
 #             all_gather_into_tensor and all_to_all_single must work,
 #             all_reduce, broadcast and barrier must fail with that reason
+#   q1, q2    preloaded with CUDA_DEVICE_MAX_CONNECTIONS=1 and 2 (as
+#             Megatron-LM sets): too few hardware queues for the copy
+#             engines, so every call goes to torch's NCCL (one WARN says
+#             so) and every op must pass; with an older library the init
+#             failed with ncclInvalidUsage (DROPIN_LIB names another build)
 #
 # The probe (world size 1): a DDP step, all_reduce, broadcast, barrier,
 # reduce_scatter_tensor, all_gather_into_tensor and all_to_all_single at 4
@@ -36,18 +41,21 @@
 #
 # Knobs: OUT (default /tmp/cecoll_dropin), PYTHON (default python3),
 # DROPIN_STEPS (default "env base preload ce dropin twoproc"), STEP_TO
-# (seconds per step, default 120).
+# (seconds per step, default 120), DROPIN_LIB (the library the preload
+# steps load, default build/libcecoll.so), DROPIN_TAG (the results' name,
+# default dropin).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 root=$PWD
 OUT=${OUT:-/tmp/cecoll_dropin}
-dir="$OUT/dropin"
+TAG=${DROPIN_TAG:-dropin}
+dir="$OUT/$TAG"
 rm -rf "$dir"
 mkdir -p "$dir"
 PYTHON=${PYTHON:-python3}
 STEPS=${DROPIN_STEPS:-env base preload ce dropin dropinpre twoproc}
 STEP_TO=${STEP_TO:-120}
-lib="$root/build/libcecoll.so"
+lib="${DROPIN_LIB:-$root/build/libcecoll.so}"
 dropin="$root/build/dropin"
 summary="$dir/SUMMARY.txt"
 say() { echo "$*" | tee -a "$summary"; }
@@ -206,7 +214,7 @@ PY
   done
   if ls "$dir/$name".cecoll.*.log >/dev/null 2>&1; then
     say "   cecoll: $(cat "$dir/$name".cecoll.*.log | grep -c WARN) WARN lines; forward and route lines:"
-    grep -hE "forward:|route:|paired|refused this communicator" "$dir/$name".cecoll.*.log | sed 's/^[^ ]* cecoll /   /' |
+    grep -hE "forward:|route:|paired|refused this communicator|every call goes to the real library" "$dir/$name".cecoll.*.log | sed 's/^[^ ]* cecoll /   /' |
       sort | uniq -c | sed 's/^/  /' | tee -a "$summary"
   fi
 }
@@ -236,10 +244,13 @@ step dropin "LD_LIBRARY_PATH=$dropin:${LD_LIBRARY_PATH:-}" CECOLL_DEBUG=INFO -- 
 # loader searches before LD_LIBRARY_PATH: the drop-in reaches torch preloaded.
 step dropinpre "LD_PRELOAD=$dropin/libnccl.so.2" CECOLL_DEBUG=INFO -- single
 step twoproc "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO -- twoproc
+step q1 "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO CUDA_DEVICE_MAX_CONNECTIONS=1 -- single
+step q2 "LD_PRELOAD=$lib" CECOLL_DEBUG=INFO CUDA_DEVICE_MAX_CONNECTIONS=2 -- single
 
 say "== expected: base/preload/ce/dropin every op ok; ce: route lines to copy engines for all four sizes;"
 say "   dropin: mapped shows build/dropin/libnccl.so.2 and torch's libnccl (else torch bypassed the drop-in);"
 say "   twoproc: all_gather/all_to_all ok, all_reduce/broadcast/barrier FAIL naming 'Duplicate GPU'"
+say "   q1, q2: every op ok, a WARN 'every call goes to the real library', route lines to the real library"
 
-tar -czf "$OUT/dropin.tar.gz" -C "$OUT" dropin && rm -rf "$dir"
-echo "results: $OUT/dropin.tar.gz"
+tar -czf "$OUT/$TAG.tar.gz" -C "$OUT" "$TAG" && rm -rf "$dir"
+echo "results: $OUT/$TAG.tar.gz"
