@@ -460,9 +460,12 @@ func ceBlocked(all []initInfo, forward bool) string {
 			}
 		}
 		if q := m.queues; q != 0 && uint64(queuesPerRank*local) >= q {
-			return fmt.Sprintf("copy engines cannot run safely on rank %d: %d ranks of this communicator share device %d in its process (pid %d), "+
-				"and each holds %d of the context's %d hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s",
-				r, local, m.dev, m.pid, queuesPerRank, q, queueAdvice(local, q))
+			who := fmt.Sprintf("%d ranks of this communicator share device %d in its process (pid %d), and each holds", local, m.dev, m.pid)
+			if local == 1 {
+				who = fmt.Sprintf("it is its process's (pid %d) one rank on device %d, and holds", m.pid, m.dev)
+			}
+			return fmt.Sprintf("copy engines cannot run safely on rank %d: %s %d of the context's %d hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s",
+				r, who, queuesPerRank, q, queueAdvice(local, q))
 		}
 	}
 	return ""

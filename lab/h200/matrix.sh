@@ -18,7 +18,7 @@ for stage in "$@"; do
   inproc8) mrun inproc8 "$(cells '\.(group|threads)\.' -r 8)" $(($(left) - 20)) -r 8 -j 4 -b 64 -t 30 ;;
   proc)
     mps_on
-    mrun proc "$(cells '\.(proc|2proc)\.')" $(($(left) - 20)) -j 4 -b 16 -t 60
+    mrun proc "$(cells '\.(proc|2proc)\.')" $(($(left) - 20)) -j 2 -b 64 -t 60
     mps_off
     ;;
   *) echo "unknown stage $stage" ;;
