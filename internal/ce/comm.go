@@ -126,4 +126,9 @@ type Args struct {
 	// (Engine.Event), for a group whose every rank runs on one device:
 	// the engine may then sync by events (see chooseSignal).
 	PeerEvents []hip.Event
+	// P2P is a batch's transfers (Func FuncSendRecv; p2p.go), and Joins
+	// the streams of the batch's transfers beside Stream, which it joins
+	// in and out as it does Stream.
+	P2P   []Transfer
+	Joins []hip.Stream
 }

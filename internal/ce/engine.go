@@ -68,12 +68,13 @@ type Engine struct {
 
 	// The call being run (Prepare, Step), and the per-step scratch it
 	// fills, sized at Init (B16: the launch path allocates nothing).
-	cur   call
-	cp    copyList
-	ops   []hip.MemOp
-	cuts  []int // batch boundaries in ops (fence)
-	attrs [1]hip.CopyAttributes
-	attrI [1]uintptr
+	cur     call
+	cp      copyList
+	ops     []hip.MemOp
+	cuts    []int        // batch boundaries in ops (fence)
+	joinBuf []hip.Stream // joinStreams' answer
+	attrs   [1]hip.CopyAttributes
+	attrI   [1]uintptr
 
 	issued atomic.Uint64 // eager collectives enqueued (progress)
 
@@ -140,6 +141,8 @@ func (e *Engine) setup() error {
 	e.cp.init(3*n + 4)
 	e.ops = make([]hip.MemOp, 0, 6*n+8)
 	e.cuts = make([]int, 0, 4)
+	e.joinBuf = make([]hip.Stream, 0, 8)
+	e.cur.p2p.init(n)
 	e.attrs[0] = hip.CopyAttributes{SrcAccessOrder: hip.SrcAccessOrderStream, Flags: hip.CopyFlagPreferOverlapWithCompute}
 	if err := e.warmUp(); err != nil {
 		return initErr("warm-up", err)

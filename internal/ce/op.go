@@ -106,8 +106,8 @@ var ops = [NumFuncs]Op{
 	FuncReduceScatter: {Name: "ReduceScatter", Reduces: true, Send: perRank, Recv: block},
 	FuncAllReduce:     {Name: "AllReduce", Reduces: true, Send: block, Recv: block},
 	FuncSendRecv:      {Name: "SendRecv", Arg: ArgPeer, Send: block, Recv: block},
-	FuncSend:          {Name: "Send", Arg: ArgPeer, Send: block},
-	FuncRecv:          {Name: "Recv", Arg: ArgPeer, Recv: block},
+	FuncSend:          {Name: "Send", CE: true, Arg: ArgPeer, Send: block},
+	FuncRecv:          {Name: "Recv", CE: true, Arg: ArgPeer, Recv: block},
 	FuncAlltoAll:      {Name: "AlltoAll", CE: true, Send: perRank, Recv: perRank, Decides: SideRecv},
 	FuncScatter:       {Name: "Scatter", CE: true, Arg: ArgRoot, Send: rootRanks, Recv: block, Decides: SideRecv},
 	FuncGather:        {Name: "Gather", CE: true, Arg: ArgRoot, Send: block, Recv: rootRanks, Decides: SideSend},
@@ -236,7 +236,7 @@ func (o *Op) FormShared(rank, root int) bool {
 }
 
 // provided names the operations copy engines run, for refusals
-// ("AllGather, AlltoAll, Scatter and Gather").
+// ("AllGather, Send, Recv, AlltoAll, Scatter and Gather").
 var provided = func() string {
 	var names []string
 	for _, o := range ops {
@@ -249,5 +249,5 @@ var provided = func() string {
 }()
 
 // Provided names the operations copy engines run, for refusals
-// ("AllGather, AlltoAll, Scatter and Gather").
+// ("AllGather, Send, Recv, AlltoAll, Scatter and Gather").
 func Provided() string { return provided }

@@ -38,10 +38,11 @@ const (
 	pathGroup
 	pathWindow
 	pathStaged
+	pathP2P // a batch of transfers, each direct or staged (p2p.go)
 )
 
 func (p path) String() string {
-	return [...]string{"local", "group", "zero-copy", "staged"}[p]
+	return [...]string{"local", "group", "zero-copy", "staged", "per transfer"}[p]
 }
 
 type planKind uint8
@@ -53,10 +54,11 @@ const (
 	kindRooted            // Scatter, Gather: the root makes every copy between half syncs
 	kindReleased          // Scatter, Gather on the group path: every rank copies its own block
 	kindHub               // small AllGather, AlltoAll on one device: rank 0 makes every copy
+	kindP2P               // a batch of sends and receives (p2p.go)
 )
 
 func (k planKind) String() string {
-	return [...]string{"local", "push", "swap", "rooted", "released", "hub"}[k]
+	return [...]string{"local", "push", "swap", "rooted", "released", "hub", "p2p"}[k]
 }
 
 // plan is a prepared call's plan. It is a value inside Engine.cur: making

@@ -35,6 +35,7 @@ import (
 // call is the prepared call.
 type call struct {
 	plan
+	p2p       p2pPlan    // a batch of transfers (kindP2P)
 	s         hip.Stream // the caller's
 	ws        hip.Stream // es
 	capturing bool
@@ -99,9 +100,14 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 	if e.cur.next > 0 && e.cur.next < e.cur.total {
 		return Prepared{}, result.Errorf(result.InternalError, "ce %s: the previous call stopped at step %d of %d", a.Func, e.cur.next, e.cur.total)
 	}
-	chunk, err := e.validate(a)
-	if err != nil {
-		return Prepared{}, err
+	var chunk uintptr
+	var err error
+	if a.Func != FuncSendRecv {
+		if chunk, err = e.validate(a); err != nil {
+			return Prepared{}, err
+		}
+	} else if !e.able {
+		return Prepared{}, result.Errorf(result.InvalidUsage, "ce %s: copy engines cannot run it on this runtime: stream memory operations need CUDA driver >= 12.5 or HIP >= 7.0", a.Func)
 	}
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return Prepared{}, launchErr(a.Func, "set device", err)
@@ -115,13 +121,19 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 	}
 	c := &e.cur
 	c.capturing = st == hip.CaptureActive
-	if chunk == 0 {
-		// NCCL: an empty collective is a no-op; it still costs nothing.
-		c.total, c.next = 0, 0
-		return Prepared{}, nil
-	}
-	if err := e.build(&c.plan, a, chunk, c.capturing); err != nil {
-		return Prepared{}, err
+	if a.Func == FuncSendRecv {
+		if err := e.prepareP2P(a); err != nil {
+			return Prepared{}, err
+		}
+	} else {
+		if chunk == 0 {
+			// NCCL: an empty collective is a no-op; it still costs nothing.
+			c.total, c.next = 0, 0
+			return Prepared{}, nil
+		}
+		if err := e.build(&c.plan, a, chunk, c.capturing); err != nil {
+			return Prepared{}, err
+		}
 	}
 	c.s, c.ws, c.side, c.events = a.Stream, e.es, false, nil
 	if err := e.checkCapture(a.Func, c.capturing); err != nil {
@@ -185,6 +197,9 @@ func (e *Engine) runStep(k int) error {
 		}
 	}
 	i, phase := k/2, k%2
+	if c.kind == kindP2P {
+		return e.p2pStep(c.ws, i, phase)
+	}
 	sk, root := e.fill(i)
 	if phase == 0 {
 		if err := e.copySeg(c.ws, segPre, segPre); err != nil {
@@ -219,13 +234,32 @@ func (e *Engine) joinIn() error {
 	if c.ws == c.s {
 		return nil
 	}
-	if err := e.rt.EventRecord(e.evIn, c.s); err != nil {
-		return err
-	}
 	if c.capturing {
 		e.capOpen = true
 	}
-	return e.rt.StreamWaitEvent(c.ws, e.evIn)
+	for _, s := range e.joinStreams() {
+		// Recorded again for each stream: each wait binds to the record
+		// made before it.
+		if err := e.rt.EventRecord(e.evIn, s); err != nil {
+			return err
+		}
+		if err := e.rt.StreamWaitEvent(c.ws, e.evIn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinStreams are the caller's streams of the call: its stream, and a
+// batch's other transfers' (Args.Joins); a batch that runs on the
+// caller's stream joins none of it.
+func (e *Engine) joinStreams() []hip.Stream {
+	c := &e.cur
+	e.joinBuf = append(e.joinBuf[:0], c.s)
+	if c.kind == kindP2P {
+		e.joinBuf = append(e.joinBuf, c.p2p.joins...)
+	}
+	return e.joinBuf
 }
 
 // checkCapture refuses an eager call while es is still in a capture a
@@ -272,7 +306,12 @@ func (e *Engine) joinOut() error {
 	if c.ws == c.s {
 		return nil
 	}
-	return e.rt.StreamWaitEvent(c.s, out)
+	for _, s := range e.joinStreams() {
+		if err := e.rt.StreamWaitEvent(s, out); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sideCopyMin is the smallest own-block copy that goes to the side stream:
@@ -512,6 +551,11 @@ func (e *Engine) logCall() {
 	}
 	if c.capturing {
 		sig += ", captured"
+	}
+	if c.kind == kindP2P {
+		log.Infof(log.Coll, "ce %s: rank %d/%d transfers %d streams %d piece %d B rounds %d signal %s",
+			c.a.Func, e.rank, e.n, len(c.p2p.ops), 1+len(c.p2p.joins), c.p2p.piece, c.rounds, sig)
+		return
 	}
 	log.Infof(log.Coll, "ce %s: rank %d/%d chunk %d B path %s plan %s rounds %d steps %d signal %s",
 		c.a.Func, e.rank, e.n, c.chunk, c.path, c.kind, c.rounds, c.steps, sig)

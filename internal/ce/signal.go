@@ -70,12 +70,43 @@ import (
 // word of this rank, every arrival word of its pairs and its release word
 // in every peer's pairs: every wait this rank's streams have queued passes.
 
-// A sync window of n ranks holds, in words: the pairs (peerOpens, then
-// rootOpens: 2n words each, the pair of peer p at 2p), the release pattern
-// ((0, 1) n times) and the signal pattern (1, 0) that pair writes copy,
-// the eager words (n, by writer), the graph words (2n: two arrays by
-// writer), then the local words below. Every pair lies at a multiple of 8
-// bytes.
+// A sync window of n ranks holds, in words (layout): the pairs
+// (peerOpens, then rootOpens: 2n words each, the pair of peer p at 2p),
+// the release pattern ((0, 1) n times) and right after it the signal
+// pattern (1, 0) that pair writes copy, the eager words (n, by writer),
+// the graph words (2n: two arrays by writer), the point-to-point words
+// (p2p.go: eager data and credit words, n each, by peer; their graph
+// words, two arrays of each), then the local words below. Every pair
+// lies at a multiple of 8 bytes.
+type layout struct {
+	pairs          [2]int // the pair sets, by set
+	releasePat     int
+	signalPat      int
+	eager          int
+	graph          [2]int // by array
+	p2pData        int    // the data counter each peer writes here
+	p2pCredit      int    // the credit counter each peer writes here
+	p2pGraphData   [2]int
+	p2pGraphCredit [2]int
+	local          int
+	words          int
+}
+
+func newLayout(n int) layout {
+	var l layout
+	take := func(k int) int { at := l.words; l.words += k; return at }
+	l.pairs[0], l.pairs[1] = take(2*n), take(2*n)
+	l.releasePat = take(2 * n)
+	l.signalPat = take(2)
+	l.eager = take(n)
+	l.graph[0], l.graph[1] = take(n), take(n)
+	l.p2pData, l.p2pCredit = take(n), take(n)
+	l.p2pGraphData[0], l.p2pGraphData[1] = take(n), take(n)
+	l.p2pGraphCredit[0], l.p2pGraphCredit[1] = take(n), take(n)
+	l.local = take(localWords)
+	return l
+}
+
 const (
 	localSrc     = 0 // the value an eager copied signal carries
 	localScratch = 1 // the warm-up's word
@@ -94,6 +125,7 @@ const (
 
 type signals struct {
 	n, me     int
+	l         layout
 	base      hip.DevicePtr // this rank's sync window memory
 	size      uintptr
 	win       Window
@@ -103,6 +135,7 @@ type signals struct {
 	pairs     bool          // captured rooted syncs go through pairs (one device)
 	seq       atomic.Uint32 // eager syncs so far: the value of the last one
 	gpar      uint32        // the graph array of the next captured sync
+	p2p       p2pCounters   // the pairs' point-to-point signals (p2p.go)
 	ev        hip.Event     // this rank's event, for event syncs
 
 	abortStream hip.Stream
@@ -115,16 +148,27 @@ type signals struct {
 // word is the address of word i of this rank's window.
 func (g *signals) word(i int) hip.DevicePtr { return g.base + hip.DevicePtr(4*i) }
 
-func (g *signals) pairWord(set, peer, w int) int        { return set*2*g.n + 2*peer + w }
-func (g *signals) releasePattern() int                  { return 4 * g.n }
-func (g *signals) signalPattern() int                   { return 6 * g.n }
-func (g *signals) eagerWord(writer int) int             { return 6*g.n + 2 + writer }
-func (g *signals) graphWord(arr uint32, writer int) int { return 7*g.n + 2 + int(arr)*g.n + writer }
-func (g *signals) local(j int) hip.DevicePtr            { return g.word(9*g.n + 2 + j) }
+func (g *signals) pairWord(set, peer, w int) int        { return g.l.pairs[set] + 2*peer + w }
+func (g *signals) releasePattern() int                  { return g.l.releasePat }
+func (g *signals) signalPattern() int                   { return g.l.signalPat }
+func (g *signals) eagerWord(writer int) int             { return g.l.eager + writer }
+func (g *signals) graphWord(arr uint32, writer int) int { return g.l.graph[arr] + writer }
+func (g *signals) local(j int) hip.DevicePtr            { return g.word(g.l.local + j) }
+
+// The point-to-point words (p2p.go), by the peer that writes them.
+func (g *signals) p2pDataWord(writer int) int   { return g.l.p2pData + writer }
+func (g *signals) p2pCreditWord(writer int) int { return g.l.p2pCredit + writer }
+func (g *signals) p2pGraphDataWord(arr uint8, writer int) int {
+	return g.l.p2pGraphData[arr] + writer
+}
+func (g *signals) p2pGraphCreditWord(arr uint8, writer int) int {
+	return g.l.p2pGraphCredit[arr] + writer
+}
 
 func (g *signals) init(e *Engine) error {
 	rt, n := e.rt, e.n
-	g.n, g.me = n, e.rank
+	g.n, g.me, g.l = n, e.rank, newLayout(n)
+	g.p2p.init(n)
 	switch e.cfg.FlagWrite {
 	case FlagWriteCopy:
 		g.copyFlags = true
@@ -145,7 +189,7 @@ func (g *signals) init(e *Engine) error {
 	}
 	g.pairs = e.c.OneDevice()
 	// B17: zeroed before anyone uses it; Init's barrier comes after.
-	g.size = alignUp(uintptr(9*n+2+localWords)*4, 64)
+	g.size = alignUp(uintptr(g.l.words)*4, 64)
 	var err error
 	if g.base, err = rt.MemAlloc(g.size); err != nil {
 		return initErr("sync window alloc", err)
@@ -526,16 +570,20 @@ func (g *signals) startRelease(e *Engine) {
 			}
 		}
 		g.abortStream = s
-		ops := make([]hip.MemOp, 0, 7*g.n)
+		ops := make([]hip.MemOp, 0, 13*g.n)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
 			ops = ops[:0]
 			rv := g.releaseValue()
 			for r := range g.n {
-				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv))
+				ops = append(ops, hip.WriteValue32(g.word(g.eagerWord(r)), rv),
+					hip.WriteValue32(g.word(g.p2pDataWord(r)), g.p2p.dataWait[r].Load()+1<<30),
+					hip.WriteValue32(g.word(g.p2pCreditWord(r)), g.p2p.creditWait[r].Load()+1<<30))
 				for arr := range uint32(2) {
-					ops = append(ops, hip.WriteValue32(g.word(g.graphWord(arr, r)), 1))
+					ops = append(ops, hip.WriteValue32(g.word(g.graphWord(arr, r)), 1),
+						hip.WriteValue32(g.word(g.p2pGraphDataWord(uint8(arr), r)), 1),
+						hip.WriteValue32(g.word(g.p2pGraphCreditWord(uint8(arr), r)), 1))
 				}
 				for set := range 2 {
 					if g.pairs && r != g.me {

@@ -9,13 +9,15 @@
 # the communicators' decisions, run in ./internal/comm/: FNN forward
 # mode's (routing agreement, real-first teardown, the window rule), CNN
 # the rest (a refusal fails every rank, CECOLL_CHECK's rooted offsets,
-# the engine settings agreed at init, forward-only on too few queues).
+# the engine settings agreed at init, forward-only on too few queues),
+# PNN point-to-point's (matching order, credits before reuse, signal
+# after data, the staged halves, the streams of a thread's group).
 set -u
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 survived=0 total=0
-for p in "$root"/internal/ce/mutants/[BE]*.patch "$root"/internal/comm/mutants/[CF]*.patch; do
+for p in "$root"/internal/ce/mutants/[BEP]*.patch "$root"/internal/comm/mutants/[CFP]*.patch; do
   pkg=./internal/$(basename "$(dirname "$(dirname "$p")")")/
   name=$(basename "$p" .patch)
   case " ${MUTANTS:-$name} " in *" $name "*) ;; *) continue ;; esac
