@@ -3,6 +3,7 @@ package comm
 import (
 	"math/bits"
 	"slices"
+	"strconv"
 	"sync"
 
 	"cecoll/internal/ce"
@@ -45,6 +46,17 @@ func (c *Comm) Collective(fn Func, send, recv hip.DevicePtr, count uintptr, dt i
 // Launch is ncclLaunchCeColl. sendWin/recvWin (may be nil) are windows of
 // c holding the buffers.
 func (c *Comm) Launch(l *LaunchArgs, sendWin, recvWin *Window) error {
+	if l.Func == FuncSend || l.Func == FuncRecv {
+		// A send or receive: rootRank is its peer; windows change nothing.
+		if e := ce.TypeSize(l.Datatype); e != 0 && l.EltSize != e {
+			return c.Refuse(result.Errorf(result.InvalidArgument, "%s: eltSize %d does not match %s (%d bytes)", l.Func, l.EltSize, ce.TypeName(l.Datatype), e))
+		}
+		buf := l.Send
+		if l.Func == FuncRecv {
+			buf = l.Recv
+		}
+		return c.P2P(l.Func, buf, l.Count, l.Datatype, l.Root, l.Stream)
+	}
 	a := ce.Args{Func: l.Func, Root: l.Root, Datatype: l.Datatype, Count: l.Count, EltSize: l.EltSize,
 		Send: l.Send, Recv: l.Recv, Stream: l.Stream}
 	return c.launch(&a, sendWin, recvWin)
@@ -129,47 +141,69 @@ func (c *Comm) claimStream(s hip.Stream) error {
 		c.seq.Add(1)
 		return nil
 	}
-	key := streamKey{s: s}
-	switch s {
-	case hip.StreamLegacy:
-		key.s = hip.StreamNull
-	case hip.StreamPerThread:
-		key.tid = osthread.ID()
-	}
 	seq := c.seq.Load() + 1 // the call being issued
+	if err := c.claim(s, seq, nil); err != nil {
+		// The other rank's part is enqueued and would wait for this one
+		// forever: the communicator fails, which releases it.
+		c.fail(err)
+		return err
+	}
+	c.seq.Store(seq)
+	return nil
+}
+
+// claim notes this rank's call on stream s in its world's streams (seq:
+// a collective's number; p2pMark: a send or receive, which marks the
+// stream for good) and refuses it where another rank of this process has
+// issued there a call this one may queue behind, or wait for while
+// queued before it: for a collective one numbered seq or later, for a
+// transfer any call. Ranks for which in answers true (a group's set,
+// whose steps interleave with this call's) are not others. The error
+// names the rank and its call.
+func (c *Comm) claim(s hip.Stream, seq uint64, in func(rank int) bool) error {
+	if c.w == nil || c.w.n == 1 {
+		return nil
+	}
+	key := keyOf(s)
+	from := seq
+	if seq == p2pMark {
+		from = 1
+	}
 	w := c.w
 	w.mu.Lock()
 	last := w.streams[key]
 	if last == nil {
-		last = make([]uint64, w.n) // the last collective of each rank here
+		last = make([]uint64, w.n) // the last call of each rank here
 		w.streams[key] = last
 	}
 	other := -1
 	for r, q := range last {
-		if r != c.rank && q >= seq {
+		if r != c.rank && q >= from && (in == nil || !in(r)) {
 			other = r
 			break
 		}
 	}
 	if other < 0 {
-		last[c.rank] = seq
-		c.seq.Store(seq)
+		last[c.rank] = max(last[c.rank], seq)
 		w.mu.Unlock()
 		return nil
 	}
 	q := last[other]
 	w.mu.Unlock()
-	what := "the same stream"
-	if key.s == hip.StreamNull {
-		what = "the NULL stream"
+	mine, theirs := "collective #"+strconv.FormatUint(seq, 10), "collective #"+strconv.FormatUint(q, 10)
+	if seq == p2pMark {
+		mine = "a send or receive"
 	}
-	err := result.Errorf(result.InvalidUsage,
-		"rank %d issued collective #%d on %s outside a group, behind rank %d's collective #%d: each would wait for the other; give each rank its own stream, or issue them in one ncclGroupStart/End",
-		c.rank, seq, what, other, q)
-	// The other rank's part is enqueued and would wait for this one
-	// forever: the communicator fails, which releases it.
-	c.fail(err)
-	return err
+	if q == p2pMark {
+		theirs = "send or receive"
+	}
+	where := "outside a group"
+	if in != nil {
+		where = "in a group without it"
+	}
+	return result.Errorf(result.InvalidUsage,
+		"rank %d issued %s on %s %s, with rank %d's %s there: each may wait for the other; give each rank its own stream, or issue them in one ncclGroupStart/End",
+		c.rank, mine, streamName(key), where, other, theirs)
 }
 
 type streamKey struct {
@@ -262,7 +296,11 @@ func (c *Comm) prepareLocked(a *ce.Args) (ce.Prepared, error) {
 	if c.eng == nil {
 		return ce.Prepared{}, result.Errorf(result.InvalidUsage, "%s: the copy-engine state was released by ncclCeFinalize (call ncclCeInit)", a.Func)
 	}
-	c.checkPost(a) // CECOLL_CHECK (check.go); no-op otherwise
+	if a.Func != ce.FuncSendRecv {
+		// CECOLL_CHECK (check.go; no-op otherwise) compares collectives:
+		// batches of transfers differ between ranks by design.
+		c.checkPost(a)
+	}
 	pr, err := c.eng.Prepare(a)
 	if err != nil {
 		if ferr := c.failedAsync(a.Func.String()); ferr != nil {
@@ -299,7 +337,7 @@ func (c *Comm) stepLocked(f ce.Func, k int) error {
 // rank makes alike (provided) never come here.
 func (c *Comm) Refuse(err error) error {
 	if err != nil && c.size > 1 {
-		c.fail(result.Errorf(result.RemoteError, "rank %d refused a collective, so the communicator fails (no rank may pair a later call with another rank's): %w", c.rank, err))
+		c.fail(result.Errorf(result.RemoteError, "rank %d refused a call, so the communicator fails (no rank may pair a later call with another rank's): %w", c.rank, err))
 	}
 	return err
 }

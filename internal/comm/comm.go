@@ -91,6 +91,10 @@ type Comm struct {
 	engA  atomic.Pointer[engRef] // eng, for readers that must not take engMu
 	args  ce.Args                // reused by every launch: the launch path allocates nothing
 	seq   atomic.Uint64          // collectives issued, the same sequence on every rank
+	// Sends and receives issued, by peer (p2p.go), and the batch of an
+	// ungrouped one.
+	sendSeq, recvSeq []uint64
+	one              [1]ce.Transfer
 
 	// asyncErr is the communicator's first asynchronous failure (a peer's
 	// death or abort, no progress for CECOLL_TIMEOUT, a failed step, a
@@ -116,7 +120,8 @@ var _ ce.Comm = (*Comm)(nil)
 
 func newComm(rt hip.Runtime, rank, size, dev int, cfg Config) *Comm {
 	return &Comm{rt: rt, rank: rank, size: size, dev: dev, cfg: cfg,
-		ready: make(chan struct{}), regs: make(map[uintptr]regEntry)}
+		ready: make(chan struct{}), regs: make(map[uintptr]regEntry),
+		sendSeq: make([]uint64, max(size, 0)), recvSeq: make([]uint64, max(size, 0))}
 }
 
 func (c *Comm) state() state { return state(c.st.Load()) }
@@ -247,6 +252,9 @@ func InitAll(rt hip.Runtime, n int, devs []int, cfg Config) ([]*Comm, error) {
 			return nil, result.Errorf(result.InvalidArgument, "devlist[%d] = %d: the backend has devices 0..%d", r, devs[r], count-1)
 		}
 	}
+	if devs == nil && n > count {
+		return nil, result.Errorf(result.InvalidArgument, "ndev %d with no devlist means devices 0..%d, but the backend has %d", n, n-1, count)
+	}
 	lib, _, err := currentLib()
 	if err != nil {
 		return nil, err
@@ -305,6 +313,8 @@ func onThreads(comms []*Comm, f func(*Comm) error) []error {
 			defer runtime.UnlockOSThread()
 			if err := c.rt.SetDevice(c.dev); err != nil {
 				errs[i] = result.Errorf(result.UnhandledCudaError, "rank %d: set device %d: %w", c.rank, c.dev, err)
+				// f is collective: its peers would wait for this rank.
+				c.boot.Abort(result.Errorf(result.RemoteError, "rank %d failed: %w", c.rank, errs[i]))
 				return
 			}
 			errs[i] = f(c)

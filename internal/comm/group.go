@@ -23,6 +23,7 @@ type group struct {
 	ceInits []*Comm
 	regs    []*Window
 	colls   []pendingColl
+	p2ps    []pendingP2P
 
 	// launch's scratch: the set of each collective (same world and
 	// sequence), every complete set's peer buffers and events, and the
@@ -33,6 +34,19 @@ type group struct {
 	peers   []hip.DevicePtr
 	events  []hip.Event
 	members []int
+
+	// launchP2P's scratch (p2p.go): each transfer's set, the transfers by
+	// member with their numbers and streams, the members, the sends by
+	// their pair.
+	psets  []int
+	pindex map[p2pSetKey]int
+	porder []int
+	xfers  []ce.Transfer
+	xseq   []uint64
+	xs     []hip.Stream
+	joins  []hip.Stream
+	pm     []p2pMember
+	sends  map[pairKey]int
 }
 
 type setKey struct {
@@ -47,7 +61,9 @@ type collSet struct {
 	count int
 }
 
-var groupPool = sync.Pool{New: func() any { return &group{index: make(map[setKey]int)} }}
+var groupPool = sync.Pool{New: func() any {
+	return &group{index: make(map[setKey]int), pindex: make(map[p2pSetKey]int), sends: make(map[pairKey]int)}
+}}
 
 // release empties g (dropping its pointers) and returns it to the pool.
 func (g *group) release() {
@@ -55,6 +71,11 @@ func (g *group) release() {
 	clear(g.ceInits)
 	clear(g.regs)
 	clear(g.colls)
+	clear(g.p2ps)
+	clear(g.xfers)
+	clear(g.pm)
+	clear(g.pindex)
+	clear(g.sends)
 	clear(g.peers)
 	clear(g.events)
 	clear(g.sets)
@@ -62,6 +83,7 @@ func (g *group) release() {
 	g.depth = 0
 	g.inits, g.ceInits, g.regs, g.colls = g.inits[:0], g.ceInits[:0], g.regs[:0], g.colls[:0]
 	g.setOf, g.sets, g.peers, g.events, g.members = g.setOf[:0], g.sets[:0], g.peers[:0], g.events[:0], g.members[:0]
+	g.p2ps, g.psets, g.porder, g.xfers, g.xseq, g.xs, g.joins, g.pm = g.p2ps[:0], g.psets[:0], g.porder[:0], g.xfers[:0], g.xseq[:0], g.xs[:0], g.joins[:0], g.pm[:0]
 	groupPool.Put(g)
 }
 
@@ -156,7 +178,9 @@ func closeLevel(call string) (*group, error) {
 // run executes a finished group: creations, ncclCeInit and registrations
 // first, all communicators concurrently (they are collective, and one
 // thread may hold every rank), each comm's own in that order; then the
-// collectives in issue order.
+// collectives in issue order; then each communicator's sends and
+// receives, as one batch (p2p.go). Every rank keeps that order, so a
+// rank's batch never waits for a collective queued behind it.
 func (g *group) run() error {
 	var errs []error
 	if len(g.inits)+len(g.ceInits)+len(g.regs) > 0 {
@@ -167,6 +191,9 @@ func (g *group) run() error {
 	}
 	if len(g.colls) > 0 {
 		errs = append(errs, g.launch()...)
+	}
+	if len(g.p2ps) > 0 {
+		errs = append(errs, g.launchP2P()...)
 	}
 	return firstError(errs)
 }
@@ -330,10 +357,26 @@ func (g *group) runSet(errs []error) []error {
 			g.colls[i].c.engMu.Unlock()
 		}
 	}()
+	in := func(r int) bool {
+		for _, i := range ms {
+			if g.colls[i].c.rank == r {
+				return true
+			}
+		}
+		return false
+	}
 	steps := -1
 	for _, i := range ms {
 		pc := &g.colls[i]
 		err := pc.c.usable(pc.a.Func.String())
+		if err == nil {
+			// Ranks of this process outside the set, on its streams
+			// (claim): a thread's group holding only some of them.
+			if err = pc.c.claim(pc.a.Stream, pc.seq, in); err != nil {
+				pc.c.fail(err) // as claimStream
+				return append(errs, err)
+			}
+		}
 		var pr ce.Prepared
 		if err == nil {
 			pr, err = pc.c.prepareLocked(&pc.a)

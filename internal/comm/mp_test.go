@@ -344,15 +344,22 @@ func TestMPEngineSettings(t *testing.T) {
 // A child killed while the others' collective waits for it: the survivors
 // see ncclRemoteError at once and abort promptly.
 func TestMPKilledPeer(t *testing.T) {
+	for _, op := range []string{"", "-p2p"} {
+		t.Run("op"+op, func(t *testing.T) { mpKilledPeer(t, op) })
+	}
+}
+
+// mpKilledPeer: op "" an AllGather, "-p2p" a send to the victim.
+func mpKilledPeer(t *testing.T, op string) {
 	watchdog(t, 40*time.Second)
 	before := shmFiles(t)
 	id, err := NewID()
 	require.NoError(t, err)
 	const n = 3
 	cs := []*child{
-		startChild(t, id, n, "0", "survivor"),
-		startChild(t, id, n, "1", "survivor"),
-		startChild(t, id, n, "2", "victim"),
+		startChild(t, id, n, "0", "survivor"+op),
+		startChild(t, id, n, "1", "survivor"+op),
+		startChild(t, id, n, "2", "victim"+op),
 	}
 	for _, c := range cs {
 		c.expectLine(t, "issued", 20*time.Second)
@@ -370,16 +377,20 @@ func TestMPKilledPeer(t *testing.T) {
 // collective stays pending past CECOLL_TIMEOUT, the survivor fails with
 // ncclRemoteError and its abort reaches the silent peer.
 func TestMPTimeout(t *testing.T) {
-	watchdog(t, 40*time.Second)
-	id, err := NewID()
-	require.NoError(t, err)
-	cs := []*child{
-		startChild(t, id, 2, "0", "survivor", "CECOLL_TIMEOUT=1"),
-		startChild(t, id, 2, "1", "victim", "CECOLL_TIMEOUT=1"),
+	for _, op := range []string{"", "-p2p"} { // an AllGather; a send never received
+		t.Run("op"+op, func(t *testing.T) {
+			watchdog(t, 40*time.Second)
+			id, err := NewID()
+			require.NoError(t, err)
+			cs := []*child{
+				startChild(t, id, 2, "0", "survivor"+op, "CECOLL_TIMEOUT=1"),
+				startChild(t, id, 2, "1", "victim"+op, "CECOLL_TIMEOUT=1"),
+			}
+			requireChildOK(t, cs, 30*time.Second)
+			require.Contains(t, cs[0].output(), "no progress")
+			require.Contains(t, cs[1].output(), "MP victim-error")
+		})
 	}
-	requireChildOK(t, cs, 30*time.Second)
-	require.Contains(t, cs[0].output(), "no progress")
-	require.Contains(t, cs[1].output(), "MP victim-error")
 }
 
 // CECOLL_CHECK=1: two ranks issue AllGathers of different counts (or an
@@ -544,8 +555,10 @@ func TestMPChild(t *testing.T) {
 		require.NoError(t, comms[0].Barrier())
 	case "check", "check-inplace":
 		mpCheck(t, rt, comms[0], role == "check-inplace")
-	case "survivor", "victim":
-		mpKill(t, rt, comms[0], role == "victim")
+	case "survivor", "victim", "survivor-p2p", "victim-p2p":
+		mpKill(t, rt, comms[0], strings.HasPrefix(role, "victim"), strings.HasSuffix(role, "-p2p"))
+	case "p2p":
+		mpP2P(t, rt, comms, n)
 	}
 }
 
@@ -736,7 +749,7 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 // be killed, so the survivors' streams park on flags it will never write.
 // Each survivor must see ncclRemoteError within a few seconds, its stream
 // must drain after Abort, and Abort must return promptly.
-func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim bool) {
+func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim, p2p bool) {
 	n := c.Size()
 	const blk = 4096
 	require.NoError(t, rt.SetDevice(c.Device()))
@@ -761,7 +774,11 @@ func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim bool) {
 		require.NoError(t, MemFree(rt, buf))
 		return
 	}
-	require.NoError(t, c.Collective(ce.FuncAllGather, buf, buf+hip.DevicePtr(n*blk), blk, 0, 0, s))
+	if p2p { // a send to the last rank, which never receives it
+		require.NoError(t, c.P2P(FuncSend, buf, blk, 0, n-1, s))
+	} else {
+		require.NoError(t, c.Collective(ce.FuncAllGather, buf, buf+hip.DevicePtr(n*blk), blk, 0, 0, s))
+	}
 	fmt.Println("MP issued")
 	deadline := time.Now().Add(20 * time.Second)
 	var aerr error

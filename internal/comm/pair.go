@@ -397,7 +397,7 @@ func (c *Comm) ForwardRefusal(call, why string) error {
 	return c.usable(call)
 }
 
-// RouteCE decides where one of the four collectives goes: true for the copy
+// RouteCE decides where a collective or a send or receive goes: true for the copy
 // engines, false for the real communicator c owns. It reads only what every
 // rank agreed on (the policy, the pairing, the windows) and the call's
 // arguments (cta: its ncclCollConfig_t's CTA policy, -1 if none), so every
@@ -421,10 +421,14 @@ func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int3
 		return false
 	}
 	// The deciding buffer of its row (ce op.go): the one every rank passes
-	// at the same offset of a window, or none does.
-	a := ce.Args{Func: fn, Count: count, EltSize: elt, Send: send, Recv: recv}
-	buf, size := ce.OpOf(fn).Deciding(&a, c.size)
-	_, inWin := c.FindWindow(buf, size)
+	// at the same offset of a window, or none does. A send and its receive
+	// have none: the two sides' buffers differ, and only their bytes agree.
+	inWin := false
+	if o := ce.OpOf(fn); o.Arg != ce.ArgPeer {
+		a := ce.Args{Func: fn, Count: count, EltSize: elt, Send: send, Recv: recv}
+		buf, size := o.Deciding(&a, c.size)
+		_, inWin = c.FindWindow(buf, size)
+	}
 	way, why := c.policy.CE(forward.Call{Bytes: bytes, InWindow: inWin && elt != 0, ZeroCTA: cta >= 0 && cta&forward.CTAPolicyZero != 0})
 	forward.Note(int(fn), fn.String(), bytes, way, why)
 	return way

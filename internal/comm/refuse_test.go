@@ -131,7 +131,7 @@ func TestRefusalFailsEveryRank(t *testing.T) {
 			})
 			for r, err := range errs {
 				require.Error(t, err, "rank %d's call after the refusal succeeded", r)
-				require.Contains(t, err.Error(), "refused a collective", "rank %d", r)
+				require.Contains(t, err.Error(), "refused a call", "rank %d", r)
 			}
 			for _, c := range comms {
 				require.NoError(t, c.Destroy())

@@ -1,0 +1,386 @@
+package comm
+
+import (
+	"math/bits"
+	"slices"
+
+	"cecoll/internal/ce"
+	"cecoll/internal/hip"
+	"cecoll/internal/osthread"
+	"cecoll/internal/result"
+)
+
+// Point-to-point (ncclSend, ncclRecv). The engine runs a rank's batch of
+// transfers as one call (ce p2p.go); this file makes the batches. Alone,
+// a send or receive is a batch of one. In a group, every transfer of a
+// communicator is deferred and the group's transfers of each communicator
+// form one batch, run after the group's collectives. The k-th send from a
+// to b matches b's k-th receive from a: sendSeq and recvSeq count them per
+// peer on each rank, so a pair whose both sides are in one group of this
+// process is found by its numbers (the send then copies straight into the
+// receive's buffer), whatever either issued before.
+
+// The point-to-point operations.
+const (
+	FuncSend = ce.FuncSend
+	FuncRecv = ce.FuncRecv
+)
+
+// pendingP2P is a transfer deferred to its group's end.
+type pendingP2P struct {
+	c   *Comm
+	seq uint64 // its number in its direction with its peer (see the top)
+	t   ce.Transfer
+	s   hip.Stream
+}
+
+// P2P issues one send (fn FuncSend) or receive (FuncRecv) of count
+// elements of dt with peer, on s.
+func (c *Comm) P2P(fn Func, buf hip.DevicePtr, count uintptr, dt int32, peer int, s hip.Stream) error {
+	if err := c.failedAsync(fn.String()); err != nil {
+		return err
+	}
+	if err := provided(fn); err != nil {
+		return err
+	}
+	if c.noCE != "" {
+		return result.Errorf(result.InvalidUsage, "%s: %s", fn, c.noCE)
+	}
+	t, err := c.checkP2P(fn, buf, count, dt, peer)
+	if err != nil {
+		return c.Refuse(err)
+	}
+	if t.Bytes == 0 {
+		return nil // no piece, no signal: both sides skip it alike (NCCL: the sizes agree)
+	}
+	seq := c.countP2P(&t)
+	if g := currentGroup(); g != nil {
+		if st := c.state(); st != stReady && st != stInit {
+			return c.Refuse(c.usable(fn.String()))
+		}
+		g.p2ps = append(g.p2ps, pendingP2P{c: c, seq: seq, t: t, s: s})
+		return nil
+	}
+	if err := c.usable(fn.String()); err != nil {
+		return c.Refuse(err)
+	}
+	if peer == c.rank {
+		return c.Refuse(result.Errorf(result.InvalidUsage,
+			"%s: a transfer with this rank itself needs its match (its %s) in the same ncclGroupStart/End", fn, matchName(fn)))
+	}
+	if err := c.claim(s, p2pMark, nil); err != nil {
+		c.fail(err) // as claimStream: the other rank's part waits for this one
+		return err
+	}
+	c.engMu.Lock()
+	defer c.engMu.Unlock()
+	c.one[0] = t
+	c.args = ce.Args{Func: ce.FuncSendRecv, Stream: s, P2P: c.one[:]}
+	return c.runBatchLocked()
+}
+
+func matchName(fn Func) string {
+	if fn == FuncSend {
+		return "ncclRecv"
+	}
+	return "ncclSend"
+}
+
+// checkP2P validates one rank's arguments as NCCL's argcheck does.
+func (c *Comm) checkP2P(fn Func, buf hip.DevicePtr, count uintptr, dt int32, peer int) (ce.Transfer, error) {
+	elt := ce.TypeSize(dt)
+	if elt == 0 {
+		return ce.Transfer{}, result.Errorf(result.InvalidArgument, "%s: unknown datatype %d (nccl.h's are 0 to %d)", fn, dt, ce.NumTypes-1)
+	}
+	if peer < 0 || peer >= c.size {
+		return ce.Transfer{}, result.Errorf(result.InvalidArgument, "%s: peer %d out of range [0, %d)", fn, peer, c.size)
+	}
+	hi, bytes := bits.Mul64(uint64(count), uint64(elt))
+	if hi != 0 || bytes > uint64(^uintptr(0)>>1) {
+		return ce.Transfer{}, result.Errorf(result.InvalidArgument, "%s: count %d of %s overflows", fn, count, ce.TypeName(dt))
+	}
+	if bytes > 0 && buf == 0 {
+		what := "sendbuff"
+		if fn == FuncRecv {
+			what = "recvbuff"
+		}
+		return ce.Transfer{}, result.Errorf(result.InvalidArgument, "%s: %s is NULL", fn, what)
+	}
+	return ce.Transfer{Recv: fn == FuncRecv, Peer: peer, Buf: buf, Bytes: uintptr(bytes)}, nil
+}
+
+// countP2P numbers t in its direction with its peer.
+func (c *Comm) countP2P(t *ce.Transfer) uint64 {
+	n := &c.sendSeq[t.Peer]
+	if t.Recv {
+		n = &c.recvSeq[t.Peer]
+	}
+	*n++
+	return *n
+}
+
+// runBatchLocked prepares c.args (a batch) and runs its steps; c.engMu
+// held.
+func (c *Comm) runBatchLocked() error {
+	cur, err := c.rt.GetDevice()
+	if err != nil {
+		return result.Errorf(result.UnhandledCudaError, "current device: %w", err)
+	}
+	if cur != c.dev {
+		defer c.rt.SetDevice(cur)
+	}
+	pr, err := c.prepareLocked(&c.args)
+	if err != nil {
+		return c.Refuse(err)
+	}
+	for k := range pr.Steps {
+		if err := c.stepLocked(ce.FuncSendRecv, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// p2pMark in world.streams: this rank issued an ungrouped transfer on the
+// stream (above every collective's number, so claimStream refuses another
+// rank's collective there too).
+const p2pMark = ^uint64(0)
+
+// p2pMember is one communicator's batch in a group: its transfers and
+// their numbers in group.xfers and group.xseq, its streams other than its
+// first transfer's in group.joins.
+type p2pMember struct {
+	c        *Comm
+	set      int // its world's set in the group
+	lo, hi   int
+	jlo, jhi int
+	steps    int
+	err      error // its pairs broke the contract (matchP2P)
+}
+
+// p2pSetKey names a world of this process in a group (c: a communicator
+// with no world, the only rank of its process).
+type p2pSetKey struct {
+	w *world
+	c *Comm
+}
+
+func setKeyOf(c *Comm) p2pSetKey {
+	if c.w != nil {
+		return p2pSetKey{w: c.w}
+	}
+	return p2pSetKey{c: c}
+}
+
+// pairKey names the seq-th transfer from rank from to rank to of a set.
+type pairKey struct {
+	set      int
+	from, to int
+	seq      uint64
+}
+
+// launchP2P runs the group's transfers: per world of this process, every
+// communicator's batch, prepared all before any step, then their steps
+// interleaved (step k of every member before step k+1 of any), as runSet
+// does for a collective's set, and for its reasons.
+func (g *group) launchP2P() []error {
+	ps := g.p2ps
+	g.psets = g.psets[:0]
+	clear(g.pindex)
+	g.porder = g.porder[:0]
+	for i := range ps {
+		k := setKeyOf(ps[i].c)
+		if _, ok := g.pindex[k]; !ok {
+			g.pindex[k] = len(g.pindex)
+		}
+		g.psets = append(g.psets, g.pindex[k])
+		g.porder = append(g.porder, i)
+	}
+	// Members by set, then rank; each member's transfers in issue order.
+	slices.SortStableFunc(g.porder, func(x, y int) int {
+		if g.psets[x] != g.psets[y] {
+			return g.psets[x] - g.psets[y]
+		}
+		return ps[x].c.rank - ps[y].c.rank
+	})
+	g.xfers, g.xseq, g.xs, g.joins, g.pm = g.xfers[:0], g.xseq[:0], g.xs[:0], g.joins[:0], g.pm[:0]
+	for _, i := range g.porder {
+		p := &ps[i]
+		if len(g.pm) == 0 || g.pm[len(g.pm)-1].c != p.c {
+			g.pm = append(g.pm, p2pMember{c: p.c, set: g.psets[i], lo: len(g.xfers), hi: len(g.xfers), jlo: len(g.joins), jhi: len(g.joins)})
+		}
+		m := &g.pm[len(g.pm)-1]
+		if m.hi > m.lo && p.s != g.xstream(m) && !slices.Contains(g.joins[m.jlo:m.jhi], p.s) {
+			g.joins = append(g.joins, p.s)
+			m.jhi++
+		}
+		g.xfers, g.xseq, g.xs = append(g.xfers, p.t), append(g.xseq, p.seq), append(g.xs, p.s)
+		m.hi++
+	}
+	g.matchP2P()
+	var errs []error
+	cur, err := ps[0].c.rt.GetDevice()
+	if err != nil {
+		return append(errs, result.Errorf(result.UnhandledCudaError, "current device: %w", err))
+	}
+	defer ps[0].c.rt.SetDevice(cur)
+	for lo := 0; lo < len(g.pm); {
+		hi := lo + 1
+		for hi < len(g.pm) && g.pm[hi].set == g.pm[lo].set {
+			hi++
+		}
+		errs = g.runP2PSet(g.pm[lo:hi], errs)
+		lo = hi
+	}
+	return errs
+}
+
+// xstream is the stream of member m's first transfer: its batch's.
+func (g *group) xstream(m *p2pMember) hip.Stream { return g.xs[m.lo] }
+
+// matchP2P finds the pairs whose both sides are in this group (one set,
+// by their numbers) and points each at the other's buffer: the send then
+// copies straight into the receive's. A pair whose sizes differ breaks
+// NCCL's contract: the receiving member's batch is refused (and its world
+// fails: Refuse).
+func (g *group) matchP2P() {
+	clear(g.sends)
+	for _, m := range g.pm {
+		for i := m.lo; i < m.hi; i++ {
+			if t := &g.xfers[i]; !t.Recv {
+				g.sends[pairKey{m.set, m.c.rank, t.Peer, g.xseq[i]}] = i
+			}
+		}
+	}
+	for mi := range g.pm {
+		m := &g.pm[mi]
+		for i := m.lo; i < m.hi; i++ {
+			t := &g.xfers[i]
+			if !t.Recv {
+				continue
+			}
+			j, ok := g.sends[pairKey{m.set, t.Peer, m.c.rank, g.xseq[i]}]
+			if !ok {
+				continue
+			}
+			s := &g.xfers[j]
+			if t.Peer != m.c.rank && g.overlapsSend(m, t) {
+				// In place (nccl-tests' sendrecv): this rank still reads
+				// the buffer for its own send, so the peer may not write
+				// it at will; staged, the engine orders the two (ce
+				// p2p.go, inPlaceOK). Both sides stage: neither is marked.
+				continue
+			}
+			if s.Bytes != t.Bytes {
+				m.err = result.Errorf(result.InvalidUsage,
+					"ncclRecv: rank %d's receive #%d from rank %d is %d bytes, the matching ncclSend %d bytes (NCCL's contract: count and datatype agree)",
+					m.c.rank, g.xseq[i], t.Peer, t.Bytes, s.Bytes)
+				continue
+			}
+			t.PeerBuf, s.PeerBuf = s.Buf, t.Buf
+		}
+	}
+}
+
+// overlapsSend reports whether receive t of member m shares bytes with a
+// send of m's batch.
+func (g *group) overlapsSend(m *p2pMember, t *ce.Transfer) bool {
+	for i := m.lo; i < m.hi; i++ {
+		x := &g.xfers[i]
+		if !x.Recv && x.Bytes > 0 && x.Buf < t.Buf+hip.DevicePtr(t.Bytes) && t.Buf < x.Buf+hip.DevicePtr(x.Bytes) {
+			return true
+		}
+	}
+	return false
+}
+
+// runP2PSet prepares every member's batch, then runs their steps
+// interleaved. Members are in rank order, and are locked in it (see
+// runSet).
+func (g *group) runP2PSet(ms []p2pMember, errs []error) []error {
+	for i := range ms {
+		ms[i].c.engMu.Lock()
+	}
+	defer func() {
+		for i := range ms {
+			ms[i].c.engMu.Unlock()
+		}
+	}()
+	most := 0
+	for i := range ms {
+		m := &ms[i]
+		err := m.err
+		if err == nil {
+			err = m.c.usable("ncclGroupEnd")
+		}
+		if err == nil {
+			if err = g.claimP2P(ms, m); err != nil {
+				m.c.fail(err) // as claimStream
+				return append(errs, err)
+			}
+		}
+		if err == nil {
+			m.c.args = ce.Args{Func: ce.FuncSendRecv, Stream: g.xstream(m),
+				P2P: g.xfers[m.lo:m.hi:m.hi], Joins: g.joins[m.jlo:m.jhi:m.jhi]}
+			var pr ce.Prepared
+			pr, err = m.c.prepareLocked(&m.c.args)
+			m.steps = pr.Steps
+		}
+		if err != nil {
+			// Nothing of the set is enqueued; its peers elsewhere may
+			// have issued theirs: the world fails (Refuse).
+			return append(errs, m.c.Refuse(err))
+		}
+		most = max(most, m.steps)
+	}
+	for k := range most {
+		for i := range ms {
+			if k < ms[i].steps {
+				if err := ms[i].c.stepLocked(ce.FuncSendRecv, k); err != nil {
+					return append(errs, err)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// claimP2P claims member m's streams for its transfers (claim) against
+// the ranks of this process outside its set ms.
+func (g *group) claimP2P(ms []p2pMember, m *p2pMember) error {
+	in := func(r int) bool {
+		for i := range ms {
+			if ms[i].c.rank == r {
+				return true
+			}
+		}
+		return false
+	}
+	if err := m.c.claim(g.xstream(m), p2pMark, in); err != nil {
+		return err
+	}
+	for _, s := range g.joins[m.jlo:m.jhi] {
+		if err := m.c.claim(s, p2pMark, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func keyOf(s hip.Stream) streamKey {
+	key := streamKey{s: s}
+	switch s {
+	case hip.StreamLegacy:
+		key.s = hip.StreamNull
+	case hip.StreamPerThread:
+		key.tid = osthread.ID()
+	}
+	return key
+}
+
+func streamName(k streamKey) string {
+	if k.s == hip.StreamNull {
+		return "the NULL stream"
+	}
+	return "the same stream"
+}
