@@ -128,6 +128,10 @@ XCOLL(ncclScatter,
        cudaStream_t stream),
       ((void*)sendbuff, recvbuff, count, datatype, root, comm, stream),
       (sendbuff, recvbuff, count, datatype, root, XRC(comm), stream))
+XCOLL(ncclSend, (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream),
+      ((void*)sendbuff, count, datatype, peer, comm, stream), (sendbuff, count, datatype, peer, XRC(comm), stream))
+XCOLL(ncclRecv, (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream),
+      (recvbuff, count, datatype, peer, comm, stream), (recvbuff, count, datatype, peer, XRC(comm), stream))
 XFWD(ncclGroupStart, (void), ())
 XFWD(ncclGroupEnd, (void), ())
 XFWD(ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo), (simInfo))

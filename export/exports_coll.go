@@ -64,6 +64,34 @@ func goexp_ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 	return coll(call, comm.FuncScatter, send, recv, count, dt, root, h, s, -1)
 }
 
+// p2p is the shell of ncclSend and ncclRecv, as coll is of the
+// collectives: routed by the pair's bytes alone (both sides know them;
+// their buffers differ).
+func p2p(call string, fn comm.Func, buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, s C.cudaStream_t) C.ncclResult_t {
+	c, err := commOf(call, h)
+	if err == nil {
+		if !c.RouteCE(fn, dptr(buf), dptr(buf), uintptr(count), int32(dt), -1) {
+			return C.XSENT_REAL
+		}
+		err = c.P2P(fn, dptr(buf), uintptr(count), int32(dt), int(peer), stream(s))
+	}
+	return toResult(call, err)
+}
+
+//export goexp_ncclSend
+func goexp_ncclSend(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "ncclSend"
+	defer recoverInto(&res, call)
+	return p2p(call, comm.FuncSend, buf, count, dt, peer, h, s)
+}
+
+//export goexp_ncclRecv
+func goexp_ncclRecv(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, peer C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "ncclRecv"
+	defer recoverInto(&res, call)
+	return p2p(call, comm.FuncRecv, buf, count, dt, peer, h, s)
+}
+
 //export goexp_ncclLaunchCeColl
 func goexp_ncclLaunchCeColl(h C.ncclComm_t, args *C.struct_ncclCeCollArgs, s C.cudaStream_t) (res C.ncclResult_t) {
 	const call = "ncclLaunchCeColl"

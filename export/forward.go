@@ -228,8 +228,6 @@ func notProvided(call string) string {
 		return whyReduce
 	case "ncclBcast", "ncclBroadcast", "ncclBroadcastConfig":
 		return "broadcast" + ceRuns
-	case "ncclSend", "ncclRecv":
-		return "point-to-point send/recv" + ceRuns
 	case "ncclRedOpDestroy":
 		return "not an operator made by ncclRedOpCreatePreMulSum (cecoll makes none)"
 	case "ncclCommRevoke":

@@ -143,8 +143,8 @@ const unsigned char xfwd_handled[XR_COUNT] = {
     1, /* ncclAlltoAllConfig */
     1, /* ncclGatherConfig */
     1, /* ncclScatterConfig */
-    0, /* ncclSend */
-    0, /* ncclRecv */
+    1, /* ncclSend */
+    1, /* ncclRecv */
     0, /* ncclPutSignal */
     0, /* ncclSignal */
     0, /* ncclWaitSignal */

@@ -143,6 +143,8 @@ typedef ncclResult_t xfn_ncclAllGatherConfig(const void*, void*, size_t, ncclDat
 typedef ncclResult_t xfn_ncclAlltoAllConfig(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
 typedef ncclResult_t xfn_ncclGatherConfig(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
 typedef ncclResult_t xfn_ncclScatterConfig(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
+typedef ncclResult_t xfn_ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t xfn_ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 typedef ncclResult_t xfn_ncclGroupStart(void);
 typedef ncclResult_t xfn_ncclGroupEnd(void);
 typedef ncclResult_t xfn_ncclGroupSimulateEnd(ncclSimInfo_t*);

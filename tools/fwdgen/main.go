@@ -44,6 +44,7 @@ var handled = map[string]bool{
 	"ncclCommWindowRegister": true, "ncclCommWindowDeregister": true,
 	"ncclAllGather": true, "ncclAlltoAll": true, "ncclAllToAll": true, "ncclGather": true, "ncclScatter": true,
 	"ncclAllGatherConfig": true, "ncclAlltoAllConfig": true, "ncclGatherConfig": true, "ncclScatterConfig": true,
+	"ncclSend": true, "ncclRecv": true,
 	"ncclGroupStart": true, "ncclGroupEnd": true, "ncclGroupSimulateEnd": true,
 }
 
