@@ -183,6 +183,10 @@ $(MATRIX): ctests/matrix.c ctests/common.c ctests/common.h ctests/mp_common.c ct
 
 test-matrix: all $(MATRIX)
 	CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS)
+	@for s in 1 2 3; do \
+	  echo "== CECOLL_HOST_CHAOS=$$s"; \
+	  CECOLL_HOST_CHAOS=$$s CECOLL_BACKEND=host $(MATRIX) --run all $(MATRIX_ARGS) || exit 1; \
+	done
 
 # Every example of the READMEs (blocks marked runnable), built and run twice as
 # the README says (ctests/readme_examples.sh); Python ones skipped loudly without torch.

@@ -1,11 +1,14 @@
 /*
- * matrix.c: the correctness matrix of cecoll's four collectives (issue 16,
- * item 9). One binary generates the cells, runs each in a child process
- * under a watchdog, and judges it against one rule table.
+ * matrix.c: the correctness matrix of cecoll's operations. One binary
+ * generates the cells, runs each in a child process under a watchdog, and
+ * judges it against one rule table.
  *
  * Dimensions of a cell (its name joins them with dots, e.g.
  * scatter.inplace.rootlast.sym.proc.graph.two.n4):
- *   collective  allgather alltoall scatter gather
+ *   collective  allgather alltoall scatter gather, and sendrecv (nccl-tests'
+ *               sendrecv: each rank sends to rank+1 and receives from rank-1,
+ *               both in one group of its own; in place, from and into one
+ *               buffer)
  *   place       oop, inplace (NCCL's in-place forms; Scatter and Gather use
  *               the in-place rooted layout of ce-protocol.md on EVERY rank:
  *               one buffer buf per rank at the same offset, Scatter
@@ -49,11 +52,14 @@
  *                                      of the NULL stream fails (any error
  *                                      code, never a crash) in every process
  *   2 layout=threads, stream=null or   shared-stream: two ranks of one process
- *     shared                           on one stream in ungrouped calls: a
- *                                      call returns ncclInvalidUsage, nothing
- *                                      enqueued, last error mentions "stream"
+ *     shared                           on one stream in calls of separate
+ *                                      threads (ungrouped, or sendrecv's
+ *                                      group of one rank): a call returns
+ *                                      ncclInvalidUsage, last error mentions
+ *                                      "stream"
  *   3 buffers=mixedsym, layout not     contract: ncclInvalidUsage from a call or
- *     group                            ncclCommGetAsyncError whose last error
+ *     group, not sendrecv (no window   ncclCommGetAsyncError whose last error
+ *     matters to a send or receive)
  *                                      mentions "symmetric" (data unchecked,
  *                                      but no stream may fault after the
  *                                      abort); in a group every rank's buffers are
@@ -80,6 +86,8 @@
  *   matrix --rules                             the outcome table
  *   --shard K/N with --list or --run: every N-th selected cell from the K-th
  *   (0-based), to split a long list between runs
+ *   --ops LIST with --list or --run: the cells of these collectives only
+ *   (comma-separated names; pairwise is then chosen among them)
  * Common options: -r ranks, -k calls, -g rounds, -c count, -t watchdog
  * seconds (CECOLL_MATRIX_WATCHDOG), -j parallel cells, -o log folder (default
  * matrix-logs beside the binary; logs of cells with the expected outcome are
@@ -128,7 +136,7 @@
 /* ---- Dimensions ------------------------------------------------------------ */
 
 enum { D_COLL, D_PLACE, D_ROOT, D_BUF, D_LAYOUT, D_EXEC, D_STREAM, D_RANKS, ND };
-enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, NC };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, NC };
 enum { P_OOP, P_INPLACE, NP };
 enum { R_NONE, R_ZERO, R_LAST, NR };
 enum { B_UNREG, B_REG, B_WIN, B_SYM, B_MIXED, B_MIXEDSYM, NBUF };
@@ -136,7 +144,7 @@ enum { L_GROUP, L_THREADS, L_PROC, L_2PROC, NL };
 enum { E_EAGER, E_GRAPH, NE };
 enum { S_OWN, S_TWO, S_NULL, S_SHARED, NS };
 
-static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather"};
+static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather", "sendrecv"};
 static const char* const place_names[NP] = {"oop", "inplace"};
 static const char* const root_names[NR] = {"-", "root0", "rootlast"};
 static const char* const buf_names[NBUF] = {"unreg", "reg", "win", "sym", "mixed", "mixedsym"};
@@ -250,10 +258,10 @@ static const struct rule {
                    "cecollStreamBeginCapture of the NULL stream fails (an error, not a crash) in every process",
                    ncclSuccess, NULL},
     [X_SHARED_STREAM] = {X_SHARED_STREAM, "shared-stream-error", "layout=threads and stream=null|shared",
-                         "two ranks of one process on one stream in ungrouped calls: a call returns "
-                         "ncclInvalidUsage (nothing enqueued), last error mentions \"stream\"",
+                         "two ranks of one process on one stream in calls of separate threads: a call returns "
+                         "ncclInvalidUsage, last error mentions \"stream\"",
                          ncclInvalidUsage, "stream"},
-    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym, layout not group (CECOLL_CHECK=1)",
+    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym, layout not group, not sendrecv (CECOLL_CHECK=1)",
                     "ncclInvalidUsage from a call or ncclCommGetAsyncError, last error mentions \"symmetric\"; "
                     "data not checked",
                     ncclInvalidUsage, "symmetric"},
@@ -265,7 +273,8 @@ static const struct rule {
 static expect_t expected(const cell* c) {
   if (c->v[D_STREAM] == S_NULL && c->v[D_EXEC] == E_GRAPH) return X_CAPTURE;
   if (c->v[D_LAYOUT] == L_THREADS && (c->v[D_STREAM] == S_NULL || c->v[D_STREAM] == S_SHARED)) return X_SHARED_STREAM;
-  if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP) return X_CONTRACT;
+  /* Sends and receives route and plan by their bytes, never their windows. */
+  if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP && c->v[D_COLL] != C_SENDRECV) return X_CONTRACT;
   return X_DATA;
 }
 
@@ -293,6 +302,7 @@ static struct {
   int batch;     /* -b: cells per process */
   int verbose;   /* -v */
   int shard_k, shard_n; /* --shard K/N: every N-th selected cell from the K-th */
+  unsigned ops;         /* --ops: a bit per collective generated */
 } opt;
 
 static const char* self_path;
@@ -300,10 +310,23 @@ static const char* self_path;
 static void usage(void) {
   fprintf(stderr,
           "usage: %s --list all|pairwise | --run all|pairwise|NAME|ID[,...] | --cell NAME[,...] | --rules\n"
-          "       [--shard K/N] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-b batch]\n"
+          "       [--shard K/N] [--ops allgather,...] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-b batch]\n"
           "       [-o logdir] [-K] [-v]\n",
           self_path);
   exit(2);
+}
+
+/* --ops: the collectives whose cells are generated (default: every one). */
+static void set_ops(const char* s) {
+  opt.ops = 0;
+  while (s && *s) {
+    size_t m = strcspn(s, ",");
+    int c = lookup(s, m, coll_names, NC);
+    if (c < 0) usage();
+    opt.ops |= 1u << c;
+    s += m + (s[m] == ',');
+  }
+  if (opt.ops == 0) usage();
 }
 
 static void set_ranks(const char* s) {
@@ -328,7 +351,7 @@ static int all_cells(cell** out) {
   REQUIRE(v != NULL);
   for (int ri = 0; ri < opt.nranks; ri++)
     for (int co = 0; co < NC; co++)
-      for (int pl = 0; pl < NP; pl++)
+      for (int pl = 0; pl < NP && (opt.ops >> co & 1); pl++)
         for (int ro = 0; ro < NR; ro++)
           for (int bu = 0; bu < NBUF; bu++)
             for (int la = 0; la < NL; la++)
@@ -587,7 +610,7 @@ static void regions(const run_t* R, int r, int* sb, size_t* so, int* rb, size_t*
   *sb = A_R;
   switch (R->c.v[D_COLL]) {
     case C_ALLGATHER: *so = GUARD_BEFORE + (size_t)r * cb; break;
-    case C_ALLTOALL: break;
+    case C_ALLTOALL: case C_SENDRECV: break;
     case C_SCATTER: *ro = GUARD_BEFORE + (size_t)r * cb; break; /* send = buf, recv = buf + r*count */
     default: *so = GUARD_BEFORE + (size_t)r * cb; break;         /* Gather: recv = buf, send = buf + r*count */
   }
@@ -623,6 +646,7 @@ static void prepare(run_t* R, int t) {
           gen_input(R, root, k, t, R->tmp);
           memcpy(out, R->tmp + (size_t)r * cb, cb);
           break;
+        case C_SENDRECV: gen_input(R, (r + n - 1) % n, k, t, out); break;
         default:
           if (r == root)
             for (int i = 0; i < n; i++) gen_input(R, i, k, t, out + (size_t)i * cb);
@@ -649,6 +673,18 @@ static void verify(run_t* R, const char* when) {
 
 static cudaStream_t stream_of(const run_t* R, int l, int k) { return R->slot[R->slot_of[l][k % 2]]; }
 
+/* nccl-tests' sendrecv: to rank+1, from rank-1, in one group of the rank
+ * (nested in the layout's group where it has one). */
+static ncclResult_t sendrecv(run_t* R, int l, const void* send, void* recv, cudaStream_t st) {
+  int r = R->first + l, n = R->n;
+  ncclResult_t res = ncclGroupStart(), end;
+  if (res != ncclSuccess) return res;
+  res = ncclSend(send, R->count, R->dt, (r + 1) % n, R->comm[l], st);
+  if (res == ncclSuccess) res = ncclRecv(recv, R->count, R->dt, (r + n - 1) % n, R->comm[l], st);
+  end = ncclGroupEnd();
+  return res != ncclSuccess ? res : end;
+}
+
 static ncclResult_t call(run_t* R, int l, int k) {
   int r = R->first + l, sb, rb;
   size_t so, ro;
@@ -662,6 +698,7 @@ static ncclResult_t call(run_t* R, int l, int k) {
     case C_ALLGATHER: return ncclAllGather(send, recv, R->count, R->dt, R->comm[l], st);
     case C_ALLTOALL: return ncclAlltoAll(send, recv, R->count, R->dt, R->comm[l], st);
     case C_SCATTER: return ncclScatter(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
+    case C_SENDRECV: return sendrecv(R, l, send, recv, st);
     default: return ncclGather(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
   }
 }
@@ -1866,12 +1903,14 @@ int main(int argc, char** argv) {
                                         {"rank", no_argument, NULL, 'W'},
                                         {"rules", no_argument, NULL, 'U'},
                                         {"shard", required_argument, NULL, 'S'},
+                                        {"ops", required_argument, NULL, 'O'},
                                         {NULL, 0, NULL, 0}};
   const char *list = NULL, *run = NULL, *v;
   char* one = NULL;
   int rules_only = 0, rank = 0, o;
   self_path = argv[0];
   set_ranks("2,3,4");
+  opt.ops = (1u << NC) - 1;
   opt.calls = 2;
   opt.rounds = 2;
   opt.count = 1001;
@@ -1886,6 +1925,7 @@ int main(int argc, char** argv) {
       case 'W': rank = 1; break;
       case 'U': rules_only = 1; break;
       case 'r': set_ranks(optarg); break;
+      case 'O': set_ops(optarg); break;
       case 'k': opt.calls = atoi(optarg); break;
       case 'g': opt.rounds = atoi(optarg); break;
       case 'c': opt.count = strtoull(optarg, NULL, 10); break;

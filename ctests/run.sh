@@ -23,9 +23,11 @@
 # the last two with a reduced set. test_fork (a child forked after the
 # library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
-# every cell on the host device, plain and under CECOLL_HOST_CHAOS=1,2,3
-# (the plain row only with --fast), and with a 4 KiB staging window, 16
-# cells per process, and the pairwise subset with a process per cell; a 10 s watchdog per cell, 4 processes at
+# every cell on the host device, plain and with a 4 KiB staging window
+# (the plain row only with --fast), under CECOLL_HOST_CHAOS=1,2,3 every
+# cell of the four collectives and sendrecv's pairwise subset (all of
+# them: make test-matrix), 16 cells per process, and the pairwise subset
+# with a process per cell; a 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
 # own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
@@ -327,10 +329,12 @@ fi
 
 # ---- The correctness matrix -------------------------------------------------------
 # run_matrix ROW SELECTION BATCH ENV...: the cells (all, or the pairwise
-# subset), BATCH per process; one line per cell in the row's log, the
-# cells' own logs (unexpected outcomes only) beside it.
+# subset; SELECTION@OPS: of the collectives OPS only), BATCH per process;
+# one line per cell in the row's log, the cells' own logs (unexpected
+# outcomes only) beside it.
 run_matrix() {
-  local row=$1 sel=$2 batch=$3
+  local row=$1 sel=${2%@*} batch=$3 ops=()
+  [ "$2" != "$sel" ] && ops=(--ops "${2#*@}")
   shift 3
   local log="$out/logs/matrix.$row.log" start end rc last
   mkdir -p "$out/logs"
@@ -340,7 +344,7 @@ run_matrix() {
   fi
   rm -rf "$out/logs/matrix-$row"
   start=$(date +%s)
-  env CECOLL_BACKEND=host "$@" timeout -k 10 "$TIMEOUT" "$out/matrix" --run "$sel" -j 4 -b "$batch" -t 10 \
+  env CECOLL_BACKEND=host "$@" timeout -k 10 "$TIMEOUT" "$out/matrix" --run "$sel" "${ops[@]}" -j 4 -b "$batch" -t 10 \
     -o "$out/logs/matrix-$row" >"$log" 2>&1
   rc=$?
   end=$(date +%s)
@@ -355,7 +359,9 @@ run_matrix() {
   fi
 }
 # The whole matrix, 16 cells per process (communicator after communicator,
-# as a long-running program makes them), plain and under each chaos seed;
+# as a long-running program makes them), plain and with a 4 KiB staging
+# window; under each chaos seed the whole of the four collectives and the
+# pairwise subset of sendrecv (its whole under chaos: make test-matrix);
 # the pairwise subset with a process per cell.
 run_matrix default all 16
 if [ "$mode" = all ]; then
@@ -364,7 +370,8 @@ if [ "$mode" = all ]; then
   # on the staged path plans other steps than one on a window's.
   run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096
   for seed in 1 2 3; do
-    run_matrix "chaos=$seed" all 16 CECOLL_HOST_CHAOS=$seed
+    run_matrix "chaos=$seed" all@allgather,alltoall,scatter,gather 16 CECOLL_HOST_CHAOS=$seed
+    run_matrix "chaos=$seed,sendrecv" pairwise@sendrecv 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
   done
 fi
 

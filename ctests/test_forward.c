@@ -299,18 +299,43 @@ static void check_routes(void) {
   EXPECT(bufs[0][2][3] == 1.0f + 6.0f, "Reduce at the root: %g", bufs[0][2][3]);
   EXPECT(log_count("Reduce ", NULL) == N, "the fake ran %d Reduce calls", log_count("Reduce ", NULL));
 
-  set_case("Send/Recv");
+  /* Send/Recv route by the pair's bytes alone: small ones to the fake,
+   * large ones to the copy engines, in one group, with an AllReduce. */
+  set_case("Send/Recv by size, in one group");
   log_reset();
-  fill(bufs[0][0], SMALL, 7.0f);
-  fill(bufs[1][0], SMALL, 9.0f);
+  for (int r = 0; r < N; r++) {
+    fill(bufs[r][0], LARGE, 7.0f + 2.0f * r);
+    fill(bufs[r][2], SMALL, 1.0f);
+  }
   EXPECT_OK(ncclGroupStart());
-  EXPECT_OK(ncclSend(bufs[0][0], SMALL, ncclFloat32, 1, comms[0], streams[0]));
-  EXPECT_OK(ncclRecv(bufs[0][3], SMALL, ncclFloat32, 1, comms[0], streams[0]));
-  EXPECT_OK(ncclSend(bufs[1][0], SMALL, ncclFloat32, 0, comms[1], streams[1]));
-  EXPECT_OK(ncclRecv(bufs[1][3], SMALL, ncclFloat32, 0, comms[1], streams[1]));
+  for (int r = 0; r < N; r++) {
+    EXPECT_OK(ncclSend(bufs[r][0], SMALL, ncclFloat32, 1 - r, comms[r], streams[r]));
+    EXPECT_OK(ncclRecv(bufs[r][3], SMALL, ncclFloat32, 1 - r, comms[r], streams[r]));
+    EXPECT_OK(ncclSend(bufs[r][0], LARGE, ncclFloat32, 1 - r, comms[r], streams[r]));
+    EXPECT_OK(ncclRecv(bufs[r][1], LARGE, ncclFloat32, 1 - r, comms[r], streams[r]));
+    EXPECT_OK(ncclAllReduce(bufs[r][2], bufs[r][2] + SMALL, SMALL, ncclFloat32, ncclSum, comms[r], streams[r]));
+  }
   EXPECT_OK(ncclGroupEnd());
   sync_all();
-  EXPECT(all_equal(bufs[0][3], SMALL, 9.0f) && all_equal(bufs[1][3], SMALL, 7.0f), "Send/Recv data");
+  for (int r = 0; r < N; r++) {
+    float peer = 7.0f + 2.0f * (1 - r);
+    EXPECT(all_equal(bufs[r][3], SMALL, peer), "rank %d: small Recv data", r);
+    EXPECT(all_equal(bufs[r][1], LARGE, peer), "rank %d: large Recv data", r);
+    EXPECT(bufs[r][2][SMALL + 5] == 2.0f * (1.0f + 5.0f), "rank %d: the group's AllReduce", r);
+  }
+  EXPECT(log_count("Send", NULL) == N && log_count("Recv", NULL) == N,
+         "the fake ran %d Send and %d Recv calls, want the %d small ones", log_count("Send", NULL),
+         log_count("Recv", NULL), N);
+
+  /* Alone: a send and its receive, each from its own rank's call. */
+  set_case("Send/Recv alone, large");
+  log_reset();
+  fill(bufs[0][0], LARGE, 3.0f);
+  EXPECT_OK(ncclSend(bufs[0][0], LARGE, ncclFloat32, 1, comms[0], streams[0]));
+  EXPECT_OK(ncclRecv(bufs[1][1], LARGE, ncclFloat32, 0, comms[1], streams[1]));
+  sync_all();
+  EXPECT(all_equal(bufs[1][1], LARGE, 3.0f), "large Send alone: data");
+  EXPECT(log_count("Send", NULL) == 0, "a large Send reached the fake");
 
   set_case("operator through a stub");
   ncclRedOp_t op;
