@@ -1,4 +1,4 @@
-/* cecoll-perf: times cecoll's four collectives as NVIDIA's nccl-tests times
+/* cecoll-perf: times cecoll's operations as NVIDIA's nccl-tests times
  * NCCL's: the same options, the same table, the same footer, so that
  * scripts written for nccl-tests read its output. cecoll's extras (the %ceil
  * columns, --json, --plot, -P processes, -B bootstrap timing) come after
@@ -39,10 +39,12 @@
 
 extern char** environ;
 
-enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 4 };
-static const char* kCollNames[NCOLL] = {"allgather", "alltoall", "scatter", "gather"};
+enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 5 };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV };
+static const char* kCollNames[NCOLL] = {"allgather", "alltoall", "scatter", "gather", "sendrecv"};
 /* nccl-tests' binary of each collective: its "Collective test starting" name. */
-static const char* kTestNames[NCOLL] = {"all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf"};
+static const char* kTestNames[NCOLL] = {"all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf",
+                                        "sendrecv_perf"};
 static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[] = {
     {"int8", ncclInt8, 1},       {"uint8", ncclUint8, 1},     {"int32", ncclInt32, 4},
     {"uint32", ncclUint32, 4},   {"int64", ncclInt64, 8},     {"uint64", ncclUint64, 8},
@@ -97,6 +99,12 @@ struct job {
   int c, type, root, inPlace;
   size_t count, chunk;             /* per rank: elements, bytes */
 };
+
+static int rooted(int c) { return c == C_SCATTER || c == C_GATHER; }
+
+/* Bytes of a rank's buffers the job uses: a block per rank, or (sendrecv,
+ * nccl-tests' meaning: to rank+1, from rank-1) one block. */
+static size_t span(const struct job* j) { return j->c == C_SENDRECV ? j->chunk : j->chunk * nranks; }
 
 /* ---- Errors and parsing --------------------------------------------------- */
 
@@ -236,6 +244,7 @@ static void args(const struct job* j, int r, int l, const void** s, void** d) {
     case 0: case 3: *s = recv + (size_t)r * j->chunk; break;
     case 1: *s = recv; break;
     case 2: *s = recv; *d = recv + (size_t)r * j->chunk; break;
+    case C_SENDRECV: *s = recv; break;
   }
 }
 
@@ -251,6 +260,12 @@ static void issue(const struct thr* t, const struct job* j) {
       case 1: CHECK(ncclAlltoAll(s, d, j->count, ty, comms[l], streams[l])); break;
       case 2: CHECK(ncclScatter(s, d, j->count, ty, j->root, comms[l], streams[l])); break;
       case 3: CHECK(ncclGather(s, d, j->count, ty, j->root, comms[l], streams[l])); break;
+      case C_SENDRECV: /* each rank's pair in a group of its own (nested in the thread's) */
+        CHECK(ncclGroupStart());
+        CHECK(ncclSend(s, j->count, ty, (first + l + 1) % nranks, comms[l], streams[l]));
+        CHECK(ncclRecv(d, j->count, ty, (first + l + nranks - 1) % nranks, comms[l], streams[l]));
+        CHECK(ncclGroupEnd());
+        break;
     }
   }
   if (t->n > 1) CHECK(ncclGroupEnd());
@@ -313,7 +328,7 @@ static unsigned char pattern(int rank, size_t i) { return (unsigned char)(rank *
 /* Inputs of every rank of the thread: send holds pattern(r, i); recv is
  * poisoned except where the in-place form reads its input. */
 static void fill(const struct thr* t, const struct job* j) {
-  size_t total = j->chunk * nranks, cap = total ? total : 1;
+  size_t total = span(j), cap = total ? total : 1;
   unsigned char* h = malloc(cap);
   unsigned char* g = malloc(cap);
   if (!h || !g) {
@@ -329,7 +344,7 @@ static void fill(const struct thr* t, const struct job* j) {
     CHECK(cecollMemcpy(B[l].send, h, total));
     if (!j->inPlace) continue;
     if (j->c == 0 || j->c == 3) CHECK(cecollMemcpy(recv + r * j->chunk, h + r * j->chunk, j->chunk));
-    if (j->c == 1 || (j->c == 2 && r == j->root)) CHECK(cecollMemcpy(recv, h, total));
+    if (j->c == 1 || j->c == C_SENDRECV || (j->c == 2 && r == j->root)) CHECK(cecollMemcpy(recv, h, total));
   }
   free(h);
   free(g);
@@ -337,7 +352,7 @@ static void fill(const struct thr* t, const struct job* j) {
 
 /* Wrong elements (of the job's type) in the outputs of the thread's ranks. */
 static long countWrong(const struct thr* t, const struct job* j) {
-  size_t total = j->chunk * nranks, esz = kTypes[j->type].size;
+  size_t total = span(j), esz = kTypes[j->type].size;
   unsigned char* g = malloc(total ? total : 1);
   long wrong = 0;
   for (int l = t->l0; l < t->l0 + t->n; l++) {
@@ -345,7 +360,7 @@ static long countWrong(const struct thr* t, const struct job* j) {
     const void* s;
     void* d;
     args(j, r, l, &s, &d);
-    size_t n = (j->c <= 1 || (j->c == 3 && r == j->root)) ? total : (j->c == 2 ? j->chunk : 0);
+    size_t n = (j->c <= 1 || j->c == C_SENDRECV || (j->c == 3 && r == j->root)) ? total : (j->c == 2 ? j->chunk : 0);
     if (n == 0) continue;
     CHECK(cecollMemcpy(g, d, n));
     for (size_t e = 0; e < n; e += esz) {
@@ -359,6 +374,9 @@ static long countWrong(const struct thr* t, const struct job* j) {
             break;
           case 1: /* rank b's block meant for me */
             want = pattern((int)blk, (size_t)r * j->chunk + off);
+            break;
+          case C_SENDRECV: /* rank r-1's input */
+            want = pattern((r + nranks - 1) % nranks, off);
             break;
           default: /* the root's block r */
             want = pattern(j->root, (size_t)r * j->chunk + off);
@@ -398,6 +416,7 @@ static long verify(const struct thr* t, const struct job* j) {
  * for every rank (in place not its own), Scatter and Gather one chunk (in
  * place none at the root). */
 static size_t rankBytes(const struct job* j, int r) {
+  if (j->c == C_SENDRECV) return j->chunk;
   if (j->c <= 1) return (j->inPlace ? nranks - 1 : nranks) * j->chunk;
   return j->inPlace && r == j->root ? 0 : j->chunk;
 }
@@ -456,7 +475,7 @@ static void addRow(struct row r) {
  * timed loop (or graph replays), then the checks; the ceiling's copies are
  * timed right before and right after the loop. */
 static struct row benchTime(const struct thr* t, const struct job* j) {
-  struct row out = {j->c, j->type, j->root, j->inPlace, j->chunk * nranks, j->count, 0, 0, 0, -1, 0, 0, -1};
+  struct row out = {j->c, j->type, j->root, j->inPlace, span(j), j->count, 0, 0, 0, -1, 0, 0, -1};
   int ceil = out.size >= kCeilMinSize && nranks > 1;
   double before = ceil ? timeCopies(t, j) : 0;
   startColl(t, j);
@@ -481,7 +500,7 @@ static struct row benchTime(const struct thr* t, const struct job* j) {
   out.wrong = check ? verify(t, j) : -1;
   out.timeUs = (cpuTime ? cpu : sec) * 1e6;
   out.algbw = out.size / sec / 1e9;
-  out.busbw = out.algbw * (nranks - 1) / nranks;
+  out.busbw = j->c == C_SENDRECV ? out.algbw : out.algbw * (nranks - 1) / nranks; /* nccl-tests' factors */
   if (ceil && before > 0 && after > 0) {
     double best = before < after ? before : after;
     double copied = 0;
@@ -576,7 +595,7 @@ static size_t nextSize(size_t s) {
 
 static void setJob(struct job* j, size_t size) {
   size_t esz = kTypes[j->type].size;
-  j->count = size / esz / (size_t)nranks;
+  j->count = size / esz / (j->c == C_SENDRECV ? 1 : (size_t)nranks);
   j->chunk = j->count * esz;
 }
 
@@ -610,7 +629,7 @@ static void timeTest(const struct thr* t, struct job* j, struct block* blk) {
       if (progress) fprintf(stderr, "\r\033[K");
       if (!printer(t)) continue;
       printf("%12zu  %12zu  %8s  %6s  %6d", r2[0].size, r2[0].count, kTypes[j->type].name, "none",
-             j->c >= 2 ? j->root : -1);
+             rooted(j->c) ? j->root : -1);
       for (int ip = 0; ip < 2; ip++) {
         printPlacement(&r2[ip]);
         blk->wrongRows += r2[ip].wrong > 0;
@@ -639,8 +658,8 @@ static void runTests(const struct thr* t, const char* backend, int ndev) {
     for (int ty = 0; ty < NTYPES; ty++) {
       if (typeIdx >= 0 && ty != typeIdx) continue;
       for (int rt = 0; rt < nranks; rt++) {
-        if (c < 2 ? rt > 0 : (root >= 0 && rt != root)) continue;
-        struct job j = {c, ty, c < 2 ? 0 : rt, 0, 0, 0};
+        if (!rooted(c) ? rt > 0 : (root >= 0 && rt != root)) continue;
+        struct job j = {c, ty, rooted(c) ? rt : 0, 0, 0, 0};
         timeTest(t, &j, &blk);
       }
     }
@@ -746,7 +765,7 @@ static int writeJson(const char* path, const char* backend, int ndev, int procs)
   for (size_t i = 0; i < nrows; i++) {
     const struct row* r = &rows[i];
     fprintf(f, "%s\n    {\"collective\": \"%s\", \"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"root\": %d, ",
-            i ? "," : "", kCollNames[r->coll], r->size, r->count, kTypes[r->type].name, r->coll >= 2 ? r->root : -1);
+            i ? "," : "", kCollNames[r->coll], r->size, r->count, kTypes[r->type].name, rooted(r->coll) ? r->root : -1);
     fprintf(f, "\"in_place\": %s, \"time_us\": ", r->inPlace ? "true" : "false");
     jsonNum(f, r->timeUs, "%.3f");
     fprintf(f, ", \"algbw\": ");
@@ -809,8 +828,10 @@ static int runPlot(const char* json, const char* png) {
 static void help(const char* prog) {
   printf(
       "USAGE: %s [COLLECTIVE] [options]\n"
-      "  COLLECTIVE: allgather, alltoall, scatter, gather or all (default: all, one nccl-tests block each).\n"
-      "  Run as all_gather_perf, alltoall_perf, scatter_perf or gather_perf (a link), it times that one.\n"
+      "  COLLECTIVE: allgather, alltoall, scatter, gather, sendrecv or all (default: all, one nccl-tests block\n"
+      "  each). Run as all_gather_perf, alltoall_perf, scatter_perf, gather_perf or sendrecv_perf (a link), it\n"
+      "  times that one. sendrecv is nccl-tests': each rank sends size bytes to rank+1 and receives size bytes\n"
+      "  from rank-1, each rank's pair in a group of its own; its busbw is its algbw.\n"
       "\n"
       "nccl-tests' options, with nccl-tests' meanings and defaults:\n"
       "  -t,--nthreads <n>         threads in this process (1)\n"
@@ -1216,7 +1237,7 @@ int main(int argc, char** argv) {
   for (; optind < argc; optind++) {
     const char* a = argv[optind];
     int c = strcmp(a, "all") ? lookup(a, kCollNames, NCOLL) : -1;
-    if (c < 0 && strcmp(a, "all")) usageError("%s: not a collective (allgather, alltoall, scatter, gather, all)", a);
+    if (c < 0 && strcmp(a, "all")) usageError("%s: not a collective (allgather, alltoall, scatter, gather, sendrecv, all)", a);
     collIdx = c;
   }
 

@@ -107,9 +107,11 @@ class Format(unittest.TestCase):
         self.assertEqual(len(b["header"]), 3)
         self.assertEqual(b["oob"], (0, "OK"))
         bws = []
+        # nccl-tests' sendrecv: size is one rank's message, busbw its algbw.
+        per, factor = (1, 1.0) if b["name"] == "sendrecv_perf" else (nranks, (nranks - 1) / nranks)
         for r in b["rows"]:
-            self.assertEqual(r["count"], r["size"] // 4 // nranks)  # float, per rank
-            self.assertEqual(r["size"], r["count"] * 4 * nranks)
+            self.assertEqual(r["count"], r["size"] // 4 // per)  # float, per rank
+            self.assertEqual(r["size"], r["count"] * 4 * per)
             self.assertEqual((r["type"], r["redop"], r["root"]), ("float", "none", 0 if rooted else -1))
             for p in ("oop", "ip"):
                 c = r[p]
@@ -117,7 +119,7 @@ class Format(unittest.TestCase):
                 if r["size"] and c["time"] >= 1:
                     self.assertAlmostEqual(c["algbw"], r["size"] / c["time"] / 1e3,
                                            delta=0.01 + 0.01 * c["algbw"])
-                self.assertAlmostEqual(c["busbw"], c["algbw"] * (nranks - 1) / nranks, delta=0.011)
+                self.assertAlmostEqual(c["busbw"], c["algbw"] * factor, delta=0.011)
                 bws.append(c["busbw"])
             self.assertEqual(len(r["extra"]), 2)  # %ceil out of place, in place
             for cell in r["extra"]:
@@ -132,7 +134,7 @@ class Format(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         blocks = parse(out)
         self.assertEqual([b["name"] for b in blocks],
-                         ["all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf"])
+                         ["all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf", "sendrecv_perf"])
         for b in blocks:
             self.assertEqual([r["size"] for r in b["rows"]], [0])  # -f on 0 stays at 0
         rc, out, err = run("-g", "4", "-b", "64", "-e", "4M", "-f", "16", "-n", "2", "-w", "1")
@@ -147,7 +149,9 @@ class Format(unittest.TestCase):
         for args, nranks in ((["alltoall", "-t", "2", "-g", "2", "-R", "2", "-f", "2"], 4),
                              (["scatter", "-P", "3", "-R", "2", "-f", "2"], 3),
                              (["gather", "-g", "3", "-G", "2", "-m", "2", "-f", "2"], 3),
-                             (["allgather", "-g", "2", "-i", "768K", "-z", "1", "-a", "3", "-N", "2"], 2)):
+                             (["allgather", "-g", "2", "-i", "768K", "-z", "1", "-a", "3", "-N", "2"], 2),
+                             (["sendrecv", "-t", "2", "-g", "2", "-f", "2"], 4),
+                             (["sendrecv", "-P", "3", "-G", "2", "-f", "2"], 3)):
             with self.subTest(args=args):
                 rc, out, err = run(*args, "-b", "768K", "-e", "1536K", "-n", "2", "-w", "1")
                 self.assertEqual(rc, 0, err)
