@@ -56,6 +56,7 @@ Process rules (the library carries a Go runtime):
 
 from ._lib import CecollError, NCCL_UNIQUE_ID_BYTES, backend, library_path, version
 from .group import (
+    P2POp,
     ProcessGroup,
     Window,
     alloc_tensor,
@@ -69,6 +70,7 @@ from .group import (
 __all__ = [
     "CecollError",
     "NCCL_UNIQUE_ID_BYTES",
+    "P2POp",
     "ProcessGroup",
     "Window",
     "alloc_tensor",

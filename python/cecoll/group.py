@@ -236,6 +236,14 @@ def _collective(method):
     return call
 
 
+class P2POp:
+    """One send or receive of ProcessGroup.batch_isend_irecv: op "send" or
+    "recv", its tensor and its peer rank."""
+
+    def __init__(self, op, tensor, peer):
+        self.op, self.tensor, self.peer = op, tensor, peer
+
+
 class ProcessGroup:
     """One rank of a cecoll communicator of world_size ranks.
 
@@ -354,9 +362,15 @@ class ProcessGroup:
         self._finish()
 
     @_collective
-    def all_to_all_single(self, output, input):
-        """Equal splits: block j of input (numel/world_size elements) goes to
-        rank j, where it lands at block i (i the sender). input may be output."""
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None):
+        """Block j of input goes to rank j, where it lands at block i (i the
+        sender). Without splits the blocks are equal (numel/world_size
+        elements; input may be output); with them, input_split_sizes[j]
+        elements (along dim 0's rows, as torch counts them) go to rank j
+        and output_split_sizes[i] come from rank i, as sends and receives
+        in one group."""
+        if output_split_sizes is not None or input_split_sizes is not None:
+            return self._all_to_all_splits(output, input, output_split_sizes, input_split_sizes)
         comm = self._live()
         dt = self._tensor(input, "input")
         self._tensor(output, "output")
@@ -372,6 +386,93 @@ class ProcessGroup:
         if n == 0:
             return
         self._call("ncclAlltoAll", input.data_ptr(), output.data_ptr(), n, dt, comm, self._stream_handle())
+        self._finish()
+
+    def _all_to_all_splits(self, output, input, output_split_sizes, input_split_sizes):
+        self._tensor(input, "input")
+        self._tensor(output, "output")
+        self._same_dtype(input, output, "input", "output")
+        w = self.world_size
+        row_in = input[0].numel() if input.dim() > 0 and input.shape[0] else 1
+        row_out = output[0].numel() if output.dim() > 0 and output.shape[0] else 1
+        ins = self._splits(input_split_sizes, input, "input_split_sizes")
+        outs = self._splits(output_split_sizes, output, "output_split_sizes")
+        flat_in, flat_out = input.reshape(-1), output.reshape(-1)
+        ops, off_in, off_out = [], 0, 0
+        for p in range(w):
+            n_in, n_out = ins[p] * row_in, outs[p] * row_out
+            ops.append(("send", flat_in[off_in:off_in + n_in], p))
+            ops.append(("recv", flat_out[off_out:off_out + n_out], p))
+            off_in, off_out = off_in + n_in, off_out + n_out
+        self._p2p_group(ops)
+
+    def _splits(self, sizes, t, what):
+        rows = t.shape[0] if t.dim() > 0 else 1
+        if sizes is None:
+            if rows % self.world_size:
+                raise ValueError("%s not given and %d rows are not divisible by world_size %d" % (what, rows, self.world_size))
+            return [rows // self.world_size] * self.world_size
+        sizes = [int(x) for x in sizes]
+        if len(sizes) != self.world_size or any(x < 0 for x in sizes):
+            raise ValueError("%s must be %d sizes >= 0, got %r" % (what, self.world_size, sizes))
+        if sum(sizes) != rows:
+            raise ValueError("%s sum to %d rows, the tensor has %d" % (what, sum(sizes), rows))
+        return sizes
+
+    # ---- point-to-point ----
+
+    @_collective
+    def send(self, tensor, dst):
+        """Sends tensor to rank dst, whose recv() of as many elements of the
+        dtype receives it. Returns once its copies are queued (GPU; host:
+        done), which, alone, waits for dst's matching recv()."""
+        self._p2p_group([("send", tensor, dst)])
+
+    @_collective
+    def recv(self, tensor, src):
+        """Receives from rank src what its matching send() sent."""
+        self._p2p_group([("recv", tensor, src)])
+
+    @_collective
+    def batch_isend_irecv(self, p2p_op_list):
+        """Sends and receives that progress together, in one group:
+        p2p_op_list holds P2POp(op, tensor, peer) with op "send" or "recv"
+        (torch's dist.batch_isend_irecv). The k-th send to a peer matches
+        its k-th receive from this rank; a rank may send to itself."""
+        ops = []
+        for i, o in enumerate(p2p_op_list):
+            if not isinstance(o, P2POp):
+                raise TypeError("p2p_op_list[%d] must be a P2POp, got %s" % (i, type(o).__name__))
+            ops.append((o.op, o.tensor, o.peer))
+        self._p2p_group(ops)
+
+    def _p2p_group(self, ops):
+        """Checks every (op, tensor, peer), then issues them in one group."""
+        comm = self._live()
+        checked = []
+        for i, (op, t, peer) in enumerate(ops):
+            what = "the %s's tensor (op %d)" % (op, i)
+            if op not in ("send", "recv"):
+                raise ValueError("op %d is %r, not 'send' or 'recv'" % (i, op))
+            self._root(peer, "peer of op %d" % i)
+            checked.append((op, t, peer, self._tensor(t, what)))
+        if not checked:
+            return
+        stream = self._stream_handle()
+        self._call("ncclGroupStart")
+        err = None
+        try:
+            for op, t, peer, dt in checked:
+                fn = "ncclSend" if op == "send" else "ncclRecv"
+                self._call(fn, t.data_ptr() if t.numel() else None, t.numel(), dt, peer, comm, stream)
+        except BaseException as e:
+            err = e
+        finally:
+            end = _lib.lib().ncclGroupEnd()
+        if err is not None:
+            raise err
+        if end != 0:
+            raise _lib.CecollError(end, "ncclGroupEnd", _lib.last_error(self._comm))
         self._finish()
 
     @_collective

@@ -35,6 +35,13 @@ MODES = {
     "scatter": ("out", "inplace", "list", "registered"),
     "gather": ("out", "inplace", "list", "registered"),
 }
+# Point-to-point cases (run_p2p): a ring of send/recv, batch_isend_irecv of
+# every pair (self included), uneven all_to_all_single whose splits change.
+P2P_CASES = (
+    "p2p/send_recv_ring",
+    "p2p/batch_all_pairs",
+    "p2p/all_to_all_uneven",
+)
 ERROR_CASES = (
     "error/nccl_bad_datatype",
     "error/size_mismatch",
@@ -65,7 +72,7 @@ def collective_cases():
 
 
 def case_names():
-    return [c[0] for c in collective_cases()] + list(ERROR_CASES)
+    return [c[0] for c in collective_cases()] + list(P2P_CASES) + list(ERROR_CASES)
 
 
 def rand(name, rank, shape, dtype):
@@ -188,6 +195,59 @@ def run_collective(pg, name, op, dtype, shape, mode, case_index):
     finally:
         for win in wins:
             pg.deregister(win)
+
+
+def run_p2p(pg, name):
+    """One point-to-point case; returns None or a failure text."""
+    import cecoll
+
+    r, w = pg.rank, pg.world_size
+    dev = pg.device
+
+    def data(src, dst, n, k=0):
+        return rand("%s/%d/%d/%d" % (name, src, dst, k), 0, (n,), torch.float32)
+
+    if name == "p2p/send_recv_ring":
+        nxt, prv = (r + 1) % w, (r - 1) % w
+        for n in (5, 40000):
+            y = torch.empty(n, device=dev)
+            if r % 2 == 0:  # blocking calls: even ranks send first
+                pg.send(data(r, nxt, n).to(dev), nxt)
+                pg.recv(y, prv)
+            else:
+                pg.recv(y, prv)
+                pg.send(data(r, nxt, n).to(dev), nxt)
+            sync(pg)
+            if not same(y, data(prv, r, n)):
+                return "ring of %d floats: wrong data from rank %d" % (n, prv)
+        return None
+    if name == "p2p/batch_all_pairs":
+        ys, ops = {}, []
+        for p in range(w):
+            ops.append(cecoll.P2POp("send", data(r, p, 1000 + 37 * p).to(dev), p))
+        for p in range(w):
+            ys[p] = torch.empty(1000 + 37 * r, device=dev)
+            ops.append(cecoll.P2POp("recv", ys[p], p))
+        pg.batch_isend_irecv(ops)
+        sync(pg)
+        for p in range(w):
+            if not same(ys[p], data(p, r, 1000 + 37 * r)):
+                return "batch: wrong data from rank %d" % p
+        return None
+    if name == "p2p/all_to_all_uneven":
+        for k in range(3):
+            cnt = lambda s, d: (s + 2 * d + k) % 4 * 300  # zero for some pairs
+            ins = [cnt(r, d) for d in range(w)]
+            outs = [cnt(s, r) for s in range(w)]
+            x = torch.cat([data(r, d, ins[d], k) for d in range(w)]).to(dev)
+            y = torch.empty(sum(outs), device=dev)
+            pg.all_to_all_single(y, x, output_split_sizes=outs, input_split_sizes=ins)
+            sync(pg)
+            want = torch.cat([data(s, r, outs[s], k) for s in range(w)])
+            if not same(y, want):
+                return "call %d: wrong data" % k
+        return None
+    return "unknown case %s" % name
 
 
 def run_errors(pg, rec):
@@ -359,6 +419,12 @@ def session(rank, world_size, outdir, share):
         for i, (name, op, dname, shape, mode) in enumerate(collective_cases()):
             try:
                 err = run_collective(pg, name, op, DTYPES[dname], shape, mode, i)
+            except Exception:
+                err = traceback.format_exc()
+            rec.record(name, err)
+        for name in P2P_CASES:
+            try:
+                err = run_p2p(pg, name)
             except Exception:
                 err = traceback.format_exc()
             rec.record(name, err)
