@@ -377,12 +377,12 @@ func TestB10_GraphWaitsIgnoreEagerValues(t *testing.T) {
 	})
 }
 
-// TestB11_SamePathOnEveryRank: Scatter and Gather whose non-roots pass NULL
-// for the buffer they do not use take the root's path on every path.
+// TestB11_SamePathOnEveryRank: rooted calls whose non-roots pass NULL for
+// the buffer they do not use take the root's path on every path.
 func TestB11_SamePathOnEveryRank(t *testing.T) {
 	var cs []collCase
 	for _, m := range []bufMode{bufPlain, bufWindow, bufGroup} {
-		for _, f := range []Func{FuncScatter, FuncGather} {
+		for _, f := range []Func{FuncBroadcast, FuncScatter, FuncGather} {
 			for _, root := range []int{0, 2} {
 				cs = append(cs, collCase{fn: f, count: 700, dtype: 0, root: root, mode: m, nullBuf: true})
 			}

@@ -82,6 +82,8 @@ func (r *rankEnv) prepare(c collCase) prepared {
 		sendLen, recvLen = N*chunk, chunk
 	case FuncGather:
 		sendLen, recvLen = chunk, N*chunk
+	case FuncBroadcast:
+		sendLen, recvLen = chunk, chunk
 	}
 	total := sendLen + recvLen + 64
 	base := r.alloc(total)
@@ -120,6 +122,13 @@ func (r *rankEnv) prepare(c collCase) prepared {
 			sOff = rOff + uintptr(me)*chunk // buf = the recv region
 		}
 		copy(img[sOff:], pattern(me, chunk))
+	case FuncBroadcast:
+		if c.inPlace {
+			rOff = 0 // ncclBcast: one buffer on every rank
+		}
+		if isRoot {
+			copy(img[sOff:], pattern(100+c.root, chunk))
+		}
 	}
 	send, recv := base+hip.DevicePtr(sOff), base+hip.DevicePtr(rOff)
 	want := append([]byte(nil), img...)
@@ -135,6 +144,8 @@ func (r *rankEnv) prepare(c collCase) prepared {
 			}
 		case FuncScatter:
 			copy(want[rOff:], pattern(me, chunk))
+		case FuncBroadcast:
+			copy(want[rOff:], pattern(100+c.root, chunk))
 		case FuncGather:
 			if isRoot {
 				for p := range n {
@@ -144,7 +155,7 @@ func (r *rankEnv) prepare(c collCase) prepared {
 		}
 	}
 	if c.nullBuf && !c.inPlace {
-		if c.fn == FuncScatter && !isRoot {
+		if (c.fn == FuncScatter || c.fn == FuncBroadcast) && !isRoot {
 			send = 0
 		}
 		if c.fn == FuncGather && !isRoot {
@@ -223,7 +234,7 @@ func allCases(n int, counts []uintptr, modes []bufMode) []collCase {
 				}
 			}
 			for _, root := range roots {
-				for _, f := range []Func{FuncScatter, FuncGather} {
+				for _, f := range []Func{FuncBroadcast, FuncScatter, FuncGather} {
 					for _, ip := range []bool{false, true} {
 						cs = append(cs, collCase{fn: f, count: cnt, dtype: 0, root: root, inPlace: ip, mode: m, nullBuf: !ip})
 					}
@@ -269,6 +280,7 @@ func TestLarger(t *testing.T) {
 				collCase{fn: FuncAllGather, count: cnt, dtype: 7, mode: m, inPlace: ip},
 				collCase{fn: FuncAlltoAll, count: cnt, dtype: 7, mode: m, inPlace: ip},
 				collCase{fn: FuncScatter, count: cnt, dtype: 7, root: 1, mode: m, inPlace: ip},
+				collCase{fn: FuncBroadcast, count: cnt, dtype: 7, root: 3, mode: m, inPlace: ip},
 				collCase{fn: FuncGather, count: cnt, dtype: 7, root: 2, mode: m, inPlace: ip})
 		}
 	}
@@ -356,7 +368,7 @@ func backToBack(t *testing.T, sd uint64, capture bool, dev int) {
 		modes = append(modes, bufEvents)
 	}
 	for range calls {
-		c := collCase{fn: []Func{FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather}[rng.IntN(4)],
+		c := collCase{fn: []Func{FuncAllGather, FuncAlltoAll, FuncScatter, FuncGather, FuncBroadcast}[rng.IntN(5)],
 			count: uintptr(1 + rng.IntN(700)), dtype: 1, root: rng.IntN(n), inPlace: rng.IntN(2) == 0, mode: modes[rng.IntN(len(modes))]}
 		cs = append(cs, c)
 	}

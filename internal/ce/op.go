@@ -100,7 +100,7 @@ var (
 
 // ops is the table, by ncclFunc_t.
 var ops = [NumFuncs]Op{
-	FuncBroadcast:     {Name: "Broadcast", Arg: ArgRoot, Send: rootBlock, Recv: block, Decides: SideRecv},
+	FuncBroadcast:     {Name: "Broadcast", CE: true, Arg: ArgRoot, Send: rootBlock, Recv: block, Decides: SideRecv},
 	FuncReduce:        {Name: "Reduce", Reduces: true, Arg: ArgRoot, Send: block, Recv: rootBlock},
 	FuncAllGather:     {Name: "AllGather", CE: true, Send: block, Recv: perRank, Decides: SideRecv},
 	FuncReduceScatter: {Name: "ReduceScatter", Reduces: true, Send: perRank, Recv: block},
@@ -123,6 +123,20 @@ func OpOf(f Func) *Op {
 
 // Rooted reports whether the operation has a root.
 func (o *Op) Rooted() bool { return o.Arg == ArgRoot }
+
+// FromRoot reports whether a rooted operation moves the root's send to
+// the peers (Broadcast, Scatter), not the peers' sends to the root's
+// receive (Gather).
+func (o *Op) FromRoot() bool { return o.Send.RootOnly }
+
+// BlockOff is the offset of rank q's block in buffer s: q's block of one
+// per rank, or the one block every rank shares (a Broadcast's send).
+func (o *Op) BlockOff(s Side, q int, chunk uintptr) hip.DevicePtr {
+	if o.buf(s).Blocks == PerRank {
+		return hip.DevicePtr(uintptr(q) * chunk)
+	}
+	return 0
+}
 
 func (o *Op) buf(s Side) Buf {
 	switch s {
@@ -236,7 +250,7 @@ func (o *Op) FormShared(rank, root int) bool {
 }
 
 // provided names the operations copy engines run, for refusals
-// ("AllGather, Send, Recv, AlltoAll, Scatter and Gather").
+// ("Broadcast, AllGather, Send, Recv, AlltoAll, Scatter and Gather").
 var provided = func() string {
 	var names []string
 	for _, o := range ops {
@@ -249,5 +263,5 @@ var provided = func() string {
 }()
 
 // Provided names the operations copy engines run, for refusals
-// ("AllGather, Send, Recv, AlltoAll, Scatter and Gather").
+// ("Broadcast, AllGather, Send, Recv, AlltoAll, Scatter and Gather").
 func Provided() string { return provided }

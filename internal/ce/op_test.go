@@ -60,7 +60,7 @@ func TestOpTable(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	require.Equal(t, "AllGather, Send, Recv, AlltoAll, Scatter and Gather", Provided())
+	require.Equal(t, "Broadcast, AllGather, Send, Recv, AlltoAll, Scatter and Gather", Provided())
 	require.Nil(t, OpOf(NumFuncs))
 	require.Nil(t, OpOf(-1))
 	for f := range NumFuncs {

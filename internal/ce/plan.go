@@ -51,8 +51,8 @@ const (
 	kindLocal    planKind = iota
 	kindPush              // AllGather, AlltoAll: every rank pushes its blocks between full syncs
 	kindSwap              // in-place AlltoAll on a direct path: pairwise swaps through scratch
-	kindRooted            // Scatter, Gather: the root makes every copy between half syncs
-	kindReleased          // Scatter, Gather on the group path: every rank copies its own block
+	kindRooted            // Broadcast, Scatter, Gather: the root makes every copy between half syncs
+	kindReleased          // the rooted ones on the group path: every rank copies its own block
 	kindHub               // small AllGather, AlltoAll on one device: rank 0 makes every copy
 	kindP2P               // a batch of sends and receives (p2p.go)
 )
@@ -74,6 +74,7 @@ type plan struct {
 	per     int // steps per round
 	steps   int
 	inPlace bool    // the form, as this rank sees it (see path)
+	layout  bool    // window path: the peers' blocks lie chunk apart from the symmetric pointer (Op.Symmetric)
 	win     Window  // window path: the window of the symmetric pointer
 	wOff    uintptr // its offset there
 	pairs   int     // swap: the most pairs one rank handles
@@ -163,7 +164,8 @@ func (e *Engine) route(p *plan, a *Args) error {
 	if o.Rooted() && a.Root != e.rank {
 		return nil // only the root copies
 	}
-	sym, symSize, _ := o.Symmetric(a, e.rank, e.n)
+	sym, symSize, layout := o.Symmetric(a, e.rank, e.n)
+	p.layout = layout
 	var err error
 	p.wOff, err = inWindow(win, sym, symSize)
 	return err
@@ -410,61 +412,58 @@ func (e *Engine) fillSwap(r int, o, l uintptr) (syncKind, int) {
 	return syncFull, 0
 }
 
-// fillRooted: Scatter and Gather, the root's copies. Step 0: the peers
-// signal the root (Gather staged: after copying their block into their
-// staging), which copies its own block and every peer's; step 1: the root
-// releases the peers (Scatter staged: each then copies its block out of
-// its staging).
+// fillRooted: Broadcast, Scatter and Gather, the root's copies. Step 0:
+// the peers signal the root (Gather staged: after copying their block
+// into their staging), which copies its own block and every peer's; step
+// 1: the root releases the peers (from the root, staged: each then copies
+// its block out of its staging).
 func (e *Engine) fillRooted(j int, o, l uintptr) (syncKind, int) {
 	p := &e.cur.plan
 	a, n, me, c, chunk := &p.a, e.n, e.rank, p.a.Root, p.chunk
-	staged := p.path == pathStaged
+	op := OpOf(a.Func)
+	staged, from := p.path == pathStaged, op.FromRoot()
 	if j == 1 {
-		if staged && me != c && a.Func == FuncScatter {
+		if staged && me != c && from {
 			e.cp.addTo(segStage1, a.Recv+hip.DevicePtr(o), e.stageBase, l)
 		}
 		return syncFromRoot, c
 	}
 	if me != c {
-		if staged && a.Func == FuncGather {
+		if staged && !from {
 			e.cp.addTo(segPre, e.stageBase, a.Send+hip.DevicePtr(o), l)
 		}
 		return syncToRoot, c
 	}
 	if !p.inPlace {
-		if a.Func == FuncScatter {
-			e.cp.addTo(segLocal, a.Recv+hip.DevicePtr(o), a.Send+hip.DevicePtr(uintptr(c)*chunk+o), l)
-		} else {
-			e.cp.addTo(segLocal, a.Recv+hip.DevicePtr(uintptr(c)*chunk+o), a.Send+hip.DevicePtr(o), l)
-		}
+		e.cp.addTo(segLocal, a.Recv+op.BlockOff(SideRecv, c, chunk)+hip.DevicePtr(o), a.Send+op.BlockOff(SideSend, c, chunk)+hip.DevicePtr(o), l)
 	}
 	e.cp.seg(segStage1)
 	for s := 1; s < n; s++ {
 		q := (me + s) % n
-		if a.Func == FuncScatter {
-			e.cp.add(e.peerBlock(q, o), a.Send+hip.DevicePtr(uintptr(q)*chunk+o), l)
+		if from {
+			e.cp.add(e.peerBlock(q, o), a.Send+op.BlockOff(SideSend, q, chunk)+hip.DevicePtr(o), l)
 		} else {
-			e.cp.add(a.Recv+hip.DevicePtr(uintptr(q)*chunk+o), e.peerBlock(q, o), l)
+			e.cp.add(a.Recv+op.BlockOff(SideRecv, q, chunk)+hip.DevicePtr(o), e.peerBlock(q, o), l)
 		}
 	}
 	return syncToRoot, c
 }
 
-// peerBlock is where the root's copy meets peer q's block: q's recv for
-// Scatter, q's send for Gather (group), that buffer in the window (out of
-// place at the root's own offset, in place at buf + q*chunk), or q's
-// staging.
+// peerBlock is where the root's copy meets peer q's block: q's recv (from
+// the root), q's send for Gather (group), that buffer in the window (at
+// the root's own offset, or in the in-place layout at buf + q*chunk), or
+// q's staging.
 func (e *Engine) peerBlock(q int, o uintptr) hip.DevicePtr {
 	p := &e.cur.plan
 	switch p.path {
 	case pathGroup:
-		if p.a.Func == FuncScatter {
+		if OpOf(p.a.Func).FromRoot() {
 			return p.a.PeerRecv[q] + hip.DevicePtr(o)
 		}
 		return p.a.PeerSend[q] + hip.DevicePtr(o)
 	case pathWindow:
 		off := p.wOff
-		if p.inPlace {
+		if p.layout {
 			off += uintptr(q) * p.chunk
 		}
 		return p.win.PeerBase(q) + hip.DevicePtr(off+o)
@@ -472,24 +471,25 @@ func (e *Engine) peerBlock(q int, o uintptr) hip.DevicePtr {
 	return e.stageWin.PeerBase(q)
 }
 
-// fillReleased: Scatter and Gather on the group path, where every rank
-// knows the root's buffers. Step 0: the root releases the peers (its
+// fillReleased: the rooted operations on the group path, where every
+// rank knows the root's buffers. Step 0: the root releases the peers (its
 // buffers are ready) and every rank copies its own block on its own
-// stream (Scatter: from the root's send; Gather: into the root's recv),
-// so the n copies run at once instead of one after another on the root's;
-// step 1: the peers signal the root that they are done
-// (docs/measurements.md, "Hub and released rounds, in us").
+// stream (from the root's send, or into the root's recv), so the n
+// copies run at once instead of one after another on the root's; step 1:
+// the peers signal the root that they are done (docs/measurements.md,
+// "Hub and released rounds, in us").
 func (e *Engine) fillReleased(j int) (syncKind, int) {
 	p := &e.cur.plan
 	a, me, c, chunk := &p.a, e.rank, p.a.Root, p.chunk
+	op := OpOf(a.Func)
 	if j == 1 {
 		return syncToRoot, c
 	}
-	if a.Func == FuncScatter {
-		if src := a.PeerSend[c] + hip.DevicePtr(uintptr(me)*chunk); src != a.Recv {
+	if op.FromRoot() {
+		if src := a.PeerSend[c] + op.BlockOff(SideSend, me, chunk); src != a.Recv {
 			e.cp.addTo(segStage1, a.Recv, src, chunk)
 		}
-	} else if dst := a.PeerRecv[c] + hip.DevicePtr(uintptr(me)*chunk); dst != a.Send {
+	} else if dst := a.PeerRecv[c] + op.BlockOff(SideRecv, me, chunk); dst != a.Send {
 		e.cp.addTo(segStage1, dst, a.Send, chunk)
 	}
 	return syncFromRoot, c
