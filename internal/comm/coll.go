@@ -20,6 +20,7 @@ type Func = ce.Func
 const (
 	FuncAllGather = ce.FuncAllGather
 	FuncAlltoAll  = ce.FuncAlltoAll
+	FuncBroadcast = ce.FuncBroadcast
 	FuncScatter   = ce.FuncScatter
 	FuncGather    = ce.FuncGather
 )

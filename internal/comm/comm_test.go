@@ -276,7 +276,10 @@ func TestCollectiveValidation(t *testing.T) {
 		{"gather non-root null recv ok", ce.FuncGather, p, 0, 1, 0, 0, result.Success},
 		{"gather root null recv", ce.FuncGather, p, 0, 1, 0, 1, result.InvalidArgument},
 		{"reduction", ce.FuncAllReduce, p, p, 1, 0, 0, result.InvalidUsage},
-		{"broadcast", ce.FuncBroadcast, p, p, 1, 0, 0, result.InvalidUsage},
+		{"broadcast", ce.FuncBroadcast, p, p, 1, 0, 0, result.Success},
+		{"broadcast non-root null send ok", ce.FuncBroadcast, 0, p, 1, 0, 0, result.Success},
+		{"broadcast root null send", ce.FuncBroadcast, 0, p, 1, 0, 1, result.InvalidArgument},
+		{"reduce", ce.FuncReduce, p, p, 1, 0, 0, result.InvalidUsage},
 		{"unknown func", ce.Func(42), p, p, 1, 0, 0, result.InvalidArgument},
 		{"zero count is a no-op", ce.FuncAllGather, 0, 0, 0, 0, 0, result.Success},
 	} {

@@ -638,7 +638,7 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 	at := func(p hip.DevicePtr, k int) hip.DevicePtr { return p + hip.DevicePtr(k*blk) }
 	iter := 0
 	for _, mode := range []string{"registered", "unregistered"} {
-		for _, fn := range []ce.Func{ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather} {
+		for _, fn := range []ce.Func{ce.FuncAllGather, ce.FuncAlltoAll, ce.FuncScatter, ce.FuncGather, ce.FuncBroadcast} {
 			for _, inPlace := range []bool{false, true} {
 				iter++
 				root := iter % n
@@ -685,6 +685,13 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 							send = at(R, me)
 						}
 						put(send, pat(iter, me, 0))
+					case ce.FuncBroadcast:
+						if inPlace {
+							recv = S // ncclBcast: one buffer
+						}
+						if me == root {
+							put(S, pat(iter, me, 0))
+						}
 					}
 					recvs[i] = recv
 					require.NoError(t, r.c.Collective(fn, send, recv, count, 2, root, r.s), how)
@@ -705,6 +712,8 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 						}
 					case ce.FuncScatter:
 						require.Equal(t, pat(iter, root, me), get(recv), "%s rank %d", how, me)
+					case ce.FuncBroadcast:
+						require.Equal(t, pat(iter, root, 0), get(recv), "%s rank %d", how, me)
 					case ce.FuncGather:
 						if me == root {
 							for k := range n {

@@ -2,9 +2,11 @@ package comm
 
 import (
 	"math/bits"
+	"runtime"
 	"slices"
 
 	"cecoll/internal/ce"
+	"cecoll/internal/forward"
 	"cecoll/internal/hip"
 	"cecoll/internal/osthread"
 	"cecoll/internal/result"
@@ -383,4 +385,76 @@ func streamName(k streamKey) string {
 		return "the NULL stream"
 	}
 	return "the same stream"
+}
+
+// AlltoAllv is RCCL's ncclAllToAllv: to each peer p, sendCounts[p]
+// elements of dt from send + sDispls[p] elements; from each peer p,
+// recvCounts[p] elements into recv + rDispls[p]. Each (sender, receiver)
+// pair is a transfer whose count both sides know (the contract: a's
+// sendCounts[b] is b's recvCounts[a]), so the call is one send and one
+// receive per peer in one group (the caller's, when one is open), zero
+// counts skipped by both sides alike. In forward mode each pair routes by
+// its bytes alone, as a send does, so both sides choose alike: one call
+// may move some pairs on copy engines and hand the others to the real
+// library's ncclSend and ncclRecv, in the same group.
+func (c *Comm) AlltoAllv(send hip.DevicePtr, sendCounts, sDispls []uintptr, recv hip.DevicePtr, recvCounts, rDispls []uintptr, dt int32, s hip.Stream) error {
+	const call = "ncclAllToAllv"
+	if err := c.failedAsync(call); err != nil {
+		return err
+	}
+	elt := ce.TypeSize(dt)
+	switch {
+	case elt == 0:
+		return c.Refuse(result.Errorf(result.InvalidArgument, "%s: unknown datatype %d (nccl.h's are 0 to %d)", call, dt, ce.NumTypes-1))
+	case len(sendCounts) != c.size || len(sDispls) != c.size || len(recvCounts) != c.size || len(rDispls) != c.size:
+		return c.Refuse(result.Errorf(result.InvalidArgument, "%s: a count or displacement array is NULL", call))
+	}
+	// GroupStart and GroupEnd are the calling thread's.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := GroupStart(); err != nil {
+		return err
+	}
+	var first error
+	for i := range 2 * c.size {
+		peer, fn, buf, counts, displs := (c.rank+i/2)%c.size, FuncSend, send, sendCounts, sDispls
+		if i%2 == 1 {
+			fn, buf, counts, displs = FuncRecv, recv, recvCounts, rDispls
+		}
+		if counts[peer] == 0 {
+			continue
+		}
+		hi, off := bits.Mul64(uint64(displs[peer]), uint64(elt))
+		if hi != 0 || off > uint64(^uintptr(0)>>1) {
+			first = c.Refuse(result.Errorf(result.InvalidArgument, "%s: displacement %d of %s for peer %d overflows", call, displs[peer], ce.TypeName(dt), peer))
+			break
+		}
+		if buf != 0 {
+			buf += hip.DevicePtr(off)
+		}
+		var err error
+		if c.RouteCE(fn, buf, buf, counts[peer], dt, -1) {
+			err = c.P2P(fn, buf, counts[peer], dt, peer, s)
+		} else {
+			err = c.forwardP2P(fn, buf, counts[peer], dt, peer, s)
+		}
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if err := GroupEnd(); first == nil {
+		first = err
+	}
+	return first
+}
+
+// forwardP2P hands one transfer to the real library's ncclSend or
+// ncclRecv, on the real communicator.
+func (c *Comm) forwardP2P(fn Func, buf hip.DevicePtr, count uintptr, dt int32, peer int, s hip.Stream) error {
+	h := forward.Handle(c.Real())
+	if fn == FuncSend {
+		return c.lib.Send(uintptr(buf), count, dt, peer, h, uintptr(s))
+	}
+	return c.lib.Recv(uintptr(buf), count, dt, peer, h, uintptr(s))
 }

@@ -172,6 +172,14 @@ func (l *goLib) WindowDeregister(h, w forward.Handle) error { return l.end("Wind
 func (l *goLib) GroupStart() error                          { l.record("GroupStart", 0); return nil }
 func (l *goLib) GroupEnd() error                            { l.record("GroupEnd", 0); return nil }
 func (l *goLib) GroupSimulateEnd(unsafe.Pointer) error      { l.record("GroupSimulateEnd", 0); return nil }
+func (l *goLib) Send(_, _ uintptr, _ int32, _ int, h forward.Handle, _ uintptr) error {
+	l.record("Send", h)
+	return nil
+}
+func (l *goLib) Recv(_, _ uintptr, _ int32, _ int, h forward.Handle, _ uintptr) error {
+	l.record("Recv", h)
+	return nil
+}
 
 // pairedAll is an n-rank ncclCommInitAll communicator paired with a fresh
 // goLib, on the fake engine.

@@ -34,10 +34,12 @@ func (stubLib) Deregister(Handle, Handle) error                     { return nil
 func (stubLib) WindowRegister(Handle, uintptr, uintptr, int) (Handle, error) {
 	return 0, nil
 }
-func (stubLib) WindowDeregister(Handle, Handle) error { return nil }
-func (stubLib) GroupStart() error                     { return nil }
-func (stubLib) GroupEnd() error                       { return nil }
-func (stubLib) GroupSimulateEnd(unsafe.Pointer) error { return nil }
+func (stubLib) WindowDeregister(Handle, Handle) error                        { return nil }
+func (stubLib) GroupStart() error                                            { return nil }
+func (stubLib) GroupEnd() error                                              { return nil }
+func (stubLib) GroupSimulateEnd(unsafe.Pointer) error                        { return nil }
+func (stubLib) Send(_, _ uintptr, _ int32, _ int, _ Handle, _ uintptr) error { return nil }
+func (stubLib) Recv(_, _ uintptr, _ int32, _ int, _ Handle, _ uintptr) error { return nil }
 
 // fakeLoader records what Load asks of the dynamic loader.
 type fakeLoader struct {

@@ -53,6 +53,10 @@ type Lib interface {
 	GroupStart() error
 	GroupEnd() error
 	GroupSimulateEnd(info unsafe.Pointer) error
+	// ncclSend, ncclRecv (stream: the caller's, unchanged): the pairs of
+	// an ncclAllToAllv that cecoll forwards one by one.
+	Send(buf, count uintptr, dt int32, peer int, h Handle, stream uintptr) error
+	Recv(buf, count uintptr, dt int32, peer int, h Handle, stream uintptr) error
 }
 
 type libBox struct {
