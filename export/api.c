@@ -128,10 +128,22 @@ XCOLL(ncclScatter,
        cudaStream_t stream),
       ((void*)sendbuff, recvbuff, count, datatype, root, comm, stream),
       (sendbuff, recvbuff, count, datatype, root, XRC(comm), stream))
+XCOLL(ncclBroadcast,
+      (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+       cudaStream_t stream),
+      ((void*)sendbuff, recvbuff, count, datatype, root, comm, stream),
+      (sendbuff, recvbuff, count, datatype, root, XRC(comm), stream))
+XCOLL(ncclBcast, (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream),
+      (buff, count, datatype, root, comm, stream), (buff, count, datatype, root, XRC(comm), stream))
 XCOLL(ncclSend, (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream),
       ((void*)sendbuff, count, datatype, peer, comm, stream), (sendbuff, count, datatype, peer, XRC(comm), stream))
 XCOLL(ncclRecv, (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream),
       (recvbuff, count, datatype, peer, comm, stream), (recvbuff, count, datatype, peer, XRC(comm), stream))
+XFWD(ncclAllToAllv,
+     (const void* sendbuff, const size_t sendcounts[], const size_t sdispls[], void* recvbuff,
+      const size_t recvcounts[], const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream),
+     ((void*)sendbuff, (size_t*)sendcounts, (size_t*)sdispls, recvbuff, (size_t*)recvcounts, (size_t*)rdispls,
+      datatype, comm, stream))
 XFWD(ncclGroupStart, (void), ())
 XFWD(ncclGroupEnd, (void), ())
 XFWD(ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo), (simInfo))
@@ -191,6 +203,7 @@ XCOLLCFG(ncclAllGatherConfig, ncclAllGather, XCOLLCFG_PARAMS_PLAIN, XGOARGS, XAR
 XCOLLCFG(ncclAlltoAllConfig, ncclAlltoAll, XCOLLCFG_PARAMS_PLAIN, XGOARGS, XARGS, XARGS_REAL, XPLAIN)
 XCOLLCFG(ncclGatherConfig, ncclGather, XCOLLCFG_PARAMS_ROOT, XRGOARGS, XRARGS, XRARGS_REAL, XRPLAIN)
 XCOLLCFG(ncclScatterConfig, ncclScatter, XCOLLCFG_PARAMS_ROOT, XRGOARGS, XRARGS, XRARGS_REAL, XRPLAIN)
+XCOLLCFG(ncclBroadcastConfig, ncclBroadcast, XCOLLCFG_PARAMS_ROOT, XRGOARGS, XRARGS, XRARGS_REAL, XRPLAIN)
 
 /* ---- pure C: version and strings --------------------------------------- */
 

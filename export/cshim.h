@@ -60,6 +60,8 @@ ncclResult_t xr_register(uintptr_t h, uintptr_t p, size_t size, uintptr_t* out);
 ncclResult_t xr_deregister(uintptr_t h, uintptr_t reg);
 ncclResult_t xr_window_register(uintptr_t h, uintptr_t p, size_t size, int flags, uintptr_t* out);
 ncclResult_t xr_window_deregister(uintptr_t h, uintptr_t w);
+ncclResult_t xr_send(uintptr_t buf, size_t count, int dt, int peer, uintptr_t h, uintptr_t s);
+ncclResult_t xr_recv(uintptr_t buf, size_t count, int dt, int peer, uintptr_t h, uintptr_t s);
 ncclResult_t xr_group_start(void);
 ncclResult_t xr_group_end(void);
 ncclResult_t xr_group_simulate_end(void* info);

@@ -64,6 +64,22 @@ func goexp_ncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataT
 	return coll(call, comm.FuncScatter, send, recv, count, dt, root, h, s, -1)
 }
 
+//export goexp_ncclBroadcast
+func goexp_ncclBroadcast(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "ncclBroadcast"
+	defer recoverInto(&res, call)
+	return coll(call, comm.FuncBroadcast, send, recv, count, dt, root, h, s, -1)
+}
+
+// ncclBcast is ncclBroadcast in place.
+//
+//export goexp_ncclBcast
+func goexp_ncclBcast(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "ncclBcast"
+	defer recoverInto(&res, call)
+	return coll(call, comm.FuncBroadcast, buf, buf, count, dt, root, h, s, -1)
+}
+
 // p2p is the shell of ncclSend and ncclRecv, as coll is of the
 // collectives: routed by the pair's bytes alone (both sides know them;
 // their buffers differ).
@@ -90,6 +106,29 @@ func goexp_ncclRecv(buf unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, pee
 	const call = "ncclRecv"
 	defer recoverInto(&res, call)
 	return p2p(call, comm.FuncRecv, buf, count, dt, peer, h, s)
+}
+
+// counts is one of ncclAllToAllv's arrays, one entry per rank (nil: NULL).
+func counts(p *C.size_t, n int) []uintptr {
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice((*uintptr)(unsafe.Pointer(p)), n)
+}
+
+// goexp_ncclAllToAllv routes pair by pair itself (comm.AlltoAllv): the
+// real library gets the pairs it forwards as ncclSend and ncclRecv.
+//
+//export goexp_ncclAllToAllv
+func goexp_ncclAllToAllv(send unsafe.Pointer, sc, sd *C.size_t, recv unsafe.Pointer, rc, rd *C.size_t, dt C.ncclDataType_t, h C.ncclComm_t, s C.cudaStream_t) (res C.ncclResult_t) {
+	const call = "ncclAllToAllv"
+	defer recoverInto(&res, call)
+	c, err := commOf(call, h)
+	if err == nil {
+		n := c.Size()
+		err = c.AlltoAllv(dptr(send), counts(sc, n), counts(sd, n), dptr(recv), counts(rc, n), counts(rd, n), int32(dt), stream(s))
+	}
+	return toResult(call, err)
 }
 
 //export goexp_ncclLaunchCeColl
@@ -184,4 +223,11 @@ func goexp_ncclScatterConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncc
 	const call = "ncclScatterConfig"
 	defer recoverInto(&res, call)
 	return coll(call, comm.FuncScatter, send, recv, count, dt, root, h, s, cta)
+}
+
+//export goexp_ncclBroadcastConfig
+func goexp_ncclBroadcastConfig(send, recv unsafe.Pointer, count C.size_t, dt C.ncclDataType_t, root C.int, h C.ncclComm_t, s C.cudaStream_t, cta C.int) (res C.ncclResult_t) {
+	const call = "ncclBroadcastConfig"
+	defer recoverInto(&res, call)
+	return coll(call, comm.FuncBroadcast, send, recv, count, dt, root, h, s, cta)
 }

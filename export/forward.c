@@ -219,6 +219,14 @@ ncclResult_t xr_window_deregister(uintptr_t h, uintptr_t w) {
                                          : XMISSING;
 }
 
+ncclResult_t xr_send(uintptr_t buf, size_t count, int dt, int peer, uintptr_t h, uintptr_t s) {
+  return XHAVE(ncclSend) ? XCALL(ncclSend, ((const void*)buf, count, (ncclDataType_t)dt, peer, (ncclComm_t)h, (cudaStream_t)s))
+                         : XMISSING;
+}
+ncclResult_t xr_recv(uintptr_t buf, size_t count, int dt, int peer, uintptr_t h, uintptr_t s) {
+  return XHAVE(ncclRecv) ? XCALL(ncclRecv, ((void*)buf, count, (ncclDataType_t)dt, peer, (ncclComm_t)h, (cudaStream_t)s))
+                         : XMISSING;
+}
 ncclResult_t xr_group_start(void) { return XHAVE(ncclGroupStart) ? XCALL(ncclGroupStart, ()) : XMISSING; }
 ncclResult_t xr_group_end(void) { return XHAVE(ncclGroupEnd) ? XCALL(ncclGroupEnd, ()) : XMISSING; }
 ncclResult_t xr_group_simulate_end(void* info) {

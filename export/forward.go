@@ -209,10 +209,19 @@ func (l *realLib) WindowDeregister(h, w forward.Handle) error {
 }
 
 func (l *realLib) GroupStart() error { return l.check("ncclGroupStart", C.xr_group_start()) }
-func (l *realLib) GroupEnd() error   { return l.check("ncclGroupEnd", C.xr_group_end()) }
+
+func (l *realLib) GroupEnd() error { return l.check("ncclGroupEnd", C.xr_group_end()) }
 
 func (l *realLib) GroupSimulateEnd(info unsafe.Pointer) error {
 	return l.check("ncclGroupSimulateEnd", C.xr_group_simulate_end(info))
+}
+
+func (l *realLib) Send(buf, count uintptr, dt int32, peer int, h forward.Handle, s uintptr) error {
+	return l.check("ncclSend", C.xr_send(C.uintptr_t(buf), C.size_t(count), C.int(dt), C.int(peer), C.uintptr_t(h), C.uintptr_t(s)))
+}
+
+func (l *realLib) Recv(buf, count uintptr, dt int32, peer int, h forward.Handle, s uintptr) error {
+	return l.check("ncclRecv", C.xr_recv(C.uintptr_t(buf), C.size_t(count), C.int(dt), C.int(peer), C.uintptr_t(h), C.uintptr_t(s)))
 }
 
 // What cecoll says of the functions it does not provide, without a real
@@ -226,8 +235,6 @@ func notProvided(call string) string {
 	case "ncclReduce", "ncclAllReduce", "ncclReduceScatter", "ncclReduceConfig", "ncclAllReduceConfig",
 		"ncclReduceScatterConfig", "ncclRedOpCreatePreMulSum":
 		return whyReduce
-	case "ncclBcast", "ncclBroadcast", "ncclBroadcastConfig":
-		return "broadcast" + ceRuns
 	case "ncclRedOpDestroy":
 		return "not an operator made by ncclRedOpCreatePreMulSum (cecoll makes none)"
 	case "ncclCommRevoke":

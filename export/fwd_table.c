@@ -127,8 +127,8 @@ const unsigned char xfwd_handled[XR_COUNT] = {
     0, /* ncclRedOpCreatePreMulSum */
     0, /* ncclRedOpDestroy */
     0, /* ncclReduce */
-    0, /* ncclBcast */
-    0, /* ncclBroadcast */
+    1, /* ncclBcast */
+    1, /* ncclBroadcast */
     0, /* ncclAllReduce */
     0, /* ncclReduceScatter */
     1, /* ncclAllGather */
@@ -136,7 +136,7 @@ const unsigned char xfwd_handled[XR_COUNT] = {
     1, /* ncclGather */
     1, /* ncclScatter */
     0, /* ncclAllReduceConfig */
-    0, /* ncclBroadcastConfig */
+    1, /* ncclBroadcastConfig */
     0, /* ncclReduceConfig */
     1, /* ncclAllGatherConfig */
     0, /* ncclReduceScatterConfig */
@@ -178,7 +178,7 @@ const unsigned char xfwd_handled[XR_COUNT] = {
     0, /* ncclLLA2ACreateRequirement */
     0, /* ncclResetDebugInitInternal */
     1, /* ncclAllToAll */
-    0, /* ncclAllToAllv */
+    1, /* ncclAllToAllv */
 };
 
 const unsigned char xfwd_takes_comm[XR_COUNT] = {

@@ -135,10 +135,13 @@ typedef ncclResult_t xfn_ncclCommRegister(const ncclComm_t, void*, size_t, void*
 typedef ncclResult_t xfn_ncclCommDeregister(const ncclComm_t, void*);
 typedef ncclResult_t xfn_ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int);
 typedef ncclResult_t xfn_ncclCommWindowDeregister(ncclComm_t, ncclWindow_t);
+typedef ncclResult_t xfn_ncclBcast(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t xfn_ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 typedef ncclResult_t xfn_ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
 typedef ncclResult_t xfn_ncclAlltoAll(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
 typedef ncclResult_t xfn_ncclGather(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 typedef ncclResult_t xfn_ncclScatter(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t xfn_ncclBroadcastConfig(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
 typedef ncclResult_t xfn_ncclAllGatherConfig(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
 typedef ncclResult_t xfn_ncclAlltoAllConfig(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
 typedef ncclResult_t xfn_ncclGatherConfig(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const struct ncclCollConfig_v23100*);
@@ -149,6 +152,7 @@ typedef ncclResult_t xfn_ncclGroupStart(void);
 typedef ncclResult_t xfn_ncclGroupEnd(void);
 typedef ncclResult_t xfn_ncclGroupSimulateEnd(ncclSimInfo_t*);
 typedef ncclResult_t xfn_ncclAllToAll(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+typedef ncclResult_t xfn_ncclAllToAllv(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*, ncclDataType_t, ncclComm_t, cudaStream_t);
 
 #define XREAL(name) ((xfn_##name*)xfwd_slot[XR_##name])
 

@@ -3,7 +3,11 @@ package main
 // #include "cshim.h"
 import "C"
 
-import "fmt"
+import (
+	"fmt"
+
+	"cecoll/internal/comm"
+)
 
 // version is cecoll's own version, as the top-level VERSION file holds it
 // (version_test.go keeps the two equal); NCCL's API version is nccl.h's.
@@ -11,6 +15,6 @@ const version = "0.1.0"
 
 // banner is the line NCCL_DEBUG=VERSION prints, as NCCL's "NCCL version ...".
 func banner() string {
-	return fmt.Sprintf("cecoll version %s (NCCL %d.%d.%d API, copy-engine AllGather, AlltoAll, Scatter, Gather)",
-		version, C.NCCL_MAJOR, C.NCCL_MINOR, C.NCCL_PATCH)
+	return fmt.Sprintf("cecoll version %s (NCCL %d.%d.%d API; copy engines run %s)",
+		version, C.NCCL_MAJOR, C.NCCL_MINOR, C.NCCL_PATCH, comm.Provided())
 }

@@ -345,7 +345,11 @@ ncclResult_t  ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
     ncclComm_t comm, cudaStream_t stream);
 
-/* Copies count elements of root's sendbuff into every rank's recvbuff. */
+/* Copies count elements of root's sendbuff into every rank's recvbuff
+ * (sendbuff is unused, may be NULL, on other ranks); in place when
+ * sendbuff == recvbuff on the root. On copy engines. recvbuff is the
+ * pointer NCCL's symmetric contract puts at one offset of a window on
+ * every rank: a window there makes it zero-copy. */
 ncclResult_t  ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
     ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -384,6 +388,20 @@ ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
 ncclResult_t  ncclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+/* RCCL's all-to-all with per-peer counts and displacements (elements of
+ * datatype, one entry per rank): sendcounts[p] elements from
+ * sendbuff + sdispls[p] go to rank p, recvcounts[p] elements from rank p
+ * land at recvbuff + rdispls[p]; any count may be zero. Rank a's
+ * sendcounts[b] must equal rank b's recvcounts[a]. Each pair moves as a
+ * send and a receive of one group: in forward mode each pair routes by its
+ * bytes, like ncclSend. A receive may not share bytes with a send. */
+ncclResult_t  ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+    void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+    void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 
 /* Each rank's count elements land at root's recvbuff + rank*count; recvbuff

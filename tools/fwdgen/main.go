@@ -44,8 +44,8 @@ var handled = map[string]bool{
 	"ncclCommWindowRegister": true, "ncclCommWindowDeregister": true,
 	"ncclAllGather": true, "ncclAlltoAll": true, "ncclAllToAll": true, "ncclGather": true, "ncclScatter": true,
 	"ncclAllGatherConfig": true, "ncclAlltoAllConfig": true, "ncclGatherConfig": true, "ncclScatterConfig": true,
-	"ncclSend": true, "ncclRecv": true,
-	"ncclGroupStart": true, "ncclGroupEnd": true, "ncclGroupSimulateEnd": true,
+	"ncclSend": true, "ncclRecv": true, "ncclBroadcast": true, "ncclBcast": true, "ncclBroadcastConfig": true,
+	"ncclAllToAllv": true, "ncclGroupStart": true, "ncclGroupEnd": true, "ncclGroupSimulateEnd": true,
 }
 
 // ctypes maps the list's types that include/nccl.h does not declare to
