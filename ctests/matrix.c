@@ -5,16 +5,16 @@
  *
  * Dimensions of a cell (its name joins them with dots, e.g.
  * scatter.inplace.rootlast.sym.proc.graph.two.n4):
- *   collective  allgather alltoall scatter gather, and sendrecv (nccl-tests'
+ *   collective  allgather alltoall scatter gather, sendrecv (nccl-tests'
  *               sendrecv: each rank sends to rank+1 and receives from rank-1,
  *               both in one group of its own; in place, from and into one
- *               buffer)
+ *               buffer) and broadcast (in place: ncclBcast, one buffer)
  *   place       oop, inplace (NCCL's in-place forms; Scatter and Gather use
  *               the in-place rooted layout of ce-protocol.md on EVERY rank:
  *               one buffer buf per rank at the same offset, Scatter
  *               send=buf recv=buf+rank*count, Gather recv=buf
  *               send=buf+rank*count; the same layout for every buffer kind)
- *   root        root0, rootlast (Scatter and Gather only)
+ *   root        root0, rootlast (Scatter, Gather and Broadcast only)
  *   buffers     unreg     ncclMemAlloc, not registered
  *               reg       ncclMemAlloc + ncclCommRegister
  *               win       ncclCommWindowRegister(NCCL_WIN_DEFAULT)
@@ -136,7 +136,7 @@
 /* ---- Dimensions ------------------------------------------------------------ */
 
 enum { D_COLL, D_PLACE, D_ROOT, D_BUF, D_LAYOUT, D_EXEC, D_STREAM, D_RANKS, ND };
-enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, NC };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, NC };
 enum { P_OOP, P_INPLACE, NP };
 enum { R_NONE, R_ZERO, R_LAST, NR };
 enum { B_UNREG, B_REG, B_WIN, B_SYM, B_MIXED, B_MIXEDSYM, NBUF };
@@ -144,7 +144,7 @@ enum { L_GROUP, L_THREADS, L_PROC, L_2PROC, NL };
 enum { E_EAGER, E_GRAPH, NE };
 enum { S_OWN, S_TWO, S_NULL, S_SHARED, NS };
 
-static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather", "sendrecv"};
+static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
 static const char* const place_names[NP] = {"oop", "inplace"};
 static const char* const root_names[NR] = {"-", "root0", "rootlast"};
 static const char* const buf_names[NBUF] = {"unreg", "reg", "win", "sym", "mixed", "mixedsym"};
@@ -170,7 +170,7 @@ static void scopy(char* dst, size_t n, const char* src) {
   dst[k] = '\0';
 }
 
-static int is_rooted(int coll) { return coll == C_SCATTER || coll == C_GATHER; }
+static int is_rooted(int coll) { return coll == C_SCATTER || coll == C_GATHER || coll == C_BROADCAST; }
 
 static void cell_name(const cell* c, char* out, size_t n) {
   char root[16] = "";
@@ -591,6 +591,7 @@ static size_t in_bytes(const run_t* R, int r) {
     case C_ALLGATHER: return R->cb;
     case C_ALLTOALL: return (size_t)R->n * R->cb;
     case C_SCATTER: return r == root_of(R) ? (size_t)R->n * R->cb : 0;
+    case C_BROADCAST: return r == root_of(R) ? R->cb : 0;
     default: return R->cb;
   }
 }
@@ -610,7 +611,7 @@ static void regions(const run_t* R, int r, int* sb, size_t* so, int* rb, size_t*
   *sb = A_R;
   switch (R->c.v[D_COLL]) {
     case C_ALLGATHER: *so = GUARD_BEFORE + (size_t)r * cb; break;
-    case C_ALLTOALL: case C_SENDRECV: break;
+    case C_ALLTOALL: case C_SENDRECV: case C_BROADCAST: break;
     case C_SCATTER: *ro = GUARD_BEFORE + (size_t)r * cb; break; /* send = buf, recv = buf + r*count */
     default: *so = GUARD_BEFORE + (size_t)r * cb; break;         /* Gather: recv = buf, send = buf + r*count */
   }
@@ -647,6 +648,7 @@ static void prepare(run_t* R, int t) {
           memcpy(out, R->tmp + (size_t)r * cb, cb);
           break;
         case C_SENDRECV: gen_input(R, (r + n - 1) % n, k, t, out); break;
+        case C_BROADCAST: gen_input(R, root, k, t, out); break;
         default:
           if (r == root)
             for (int i = 0; i < n; i++) gen_input(R, i, k, t, out + (size_t)i * cb);
@@ -699,6 +701,9 @@ static ncclResult_t call(run_t* R, int l, int k) {
     case C_ALLTOALL: return ncclAlltoAll(send, recv, R->count, R->dt, R->comm[l], st);
     case C_SCATTER: return ncclScatter(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
     case C_SENDRECV: return sendrecv(R, l, send, recv, st);
+    case C_BROADCAST:
+      if (send == recv) return ncclBcast(recv, R->count, R->dt, root_of(R), R->comm[l], st);
+      return ncclBroadcast(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
     default: return ncclGather(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
   }
 }

@@ -25,8 +25,8 @@
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
 # every cell on the host device, plain and with a 4 KiB staging window
 # (the plain row only with --fast), under CECOLL_HOST_CHAOS=1,2,3 every
-# cell of the four collectives and sendrecv's pairwise subset (all of
-# them: make test-matrix), 16 cells per process, and the pairwise subset
+# cell of the four collectives and the pairwise subset of sendrecv and
+# broadcast (all of them: make test-matrix), 16 cells per process, and the pairwise subset
 # with a process per cell; a 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
@@ -361,7 +361,8 @@ run_matrix() {
 # The whole matrix, 16 cells per process (communicator after communicator,
 # as a long-running program makes them), plain and with a 4 KiB staging
 # window; under each chaos seed the whole of the four collectives and the
-# pairwise subset of sendrecv (its whole under chaos: make test-matrix);
+# pairwise subset of sendrecv and broadcast (their whole under chaos: make
+# test-matrix);
 # the pairwise subset with a process per cell.
 run_matrix default all 16
 if [ "$mode" = all ]; then
@@ -371,7 +372,7 @@ if [ "$mode" = all ]; then
   run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096
   for seed in 1 2 3; do
     run_matrix "chaos=$seed" all@allgather,alltoall,scatter,gather 16 CECOLL_HOST_CHAOS=$seed
-    run_matrix "chaos=$seed,sendrecv" pairwise@sendrecv 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
+    run_matrix "chaos=$seed,pairwise" pairwise@sendrecv,broadcast 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
   done
 fi
 

@@ -433,7 +433,7 @@ static void check_ce_reinit_threads(void) {
 }
 
 static void check_ce_implemented(void) {
-  static const ncclFunc_t ce[] = {ncclFuncAllGather, ncclFuncAlltoAll, ncclFuncScatter, ncclFuncGather};
+  static const ncclFunc_t ce[] = {ncclFuncBroadcast, ncclFuncAllGather, ncclFuncAlltoAll, ncclFuncScatter, ncclFuncGather};
   static const ncclFunc_t reducing[] = {ncclFuncReduce, ncclFuncAllReduce, ncclFuncReduceScatter};
   int count = 0;
   CHECK(cecollGetDeviceCount(&count));

@@ -337,6 +337,66 @@ static void check_routes(void) {
   EXPECT(all_equal(bufs[1][1], LARGE, 3.0f), "large Send alone: data");
   EXPECT(log_count("Send", NULL) == 0, "a large Send reached the fake");
 
+  /* ncclAllToAllv routes pair by pair: the self pairs (large) on the copy
+   * engines, the pairs between the ranks (small) through the fake, in one
+   * call. */
+  set_case("AllToAllv split pair by pair");
+  log_reset();
+  {
+    /* NCCL has no ncclAllToAllv (RCCL's): the program linked to the fake
+     * finds cecoll's at run time, as an RCCL program would. */
+    typedef ncclResult_t a2av_t(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
+                                ncclDataType_t, ncclComm_t, cudaStream_t);
+    a2av_t* a2av = (a2av_t*)dlsym(RTLD_DEFAULT, "ncclAllToAllv");
+    size_t sc[N][N], sd[N][N], rc[N][N], rd[N][N];
+    for (int r = 0; r < N; r++) {
+      for (int p = 0; p < N; p++) {
+        sc[r][p] = rc[r][p] = p == r ? LARGE : SMALL;
+        sd[r][p] = rd[r][p] = p == 0 ? 0 : LARGE; /* block 0 at 0, block 1 after LARGE */
+      }
+      fill(bufs[r][0], LARGE, 20.0f + r);
+      fill(bufs[r][0] + LARGE, SMALL, 40.0f + r);
+      fill(bufs[r][1], 2 * LARGE, 0.0f);
+    }
+    /* rank 0 sends its block for rank 1 from sd[0][1] = LARGE; rank 1 its
+     * block for rank 0 from sd[1][0] = 0. */
+    fill(bufs[1][0], SMALL, 50.0f);
+    fill(bufs[1][0] + LARGE, LARGE, 21.0f);
+    EXPECT(a2av != NULL, "ncclAllToAllv is not exported");
+    if (a2av == NULL) return;
+    EXPECT_OK(ncclGroupStart());
+    for (int r = 0; r < N; r++)
+      EXPECT_OK(a2av(bufs[r][0], sc[r], sd[r], bufs[r][1], rc[r], rd[r], ncclFloat32, comms[r], streams[r]));
+    EXPECT_OK(ncclGroupEnd());
+    sync_all();
+    EXPECT(all_equal(bufs[0][1], LARGE, 20.0f), "rank 0: its own block");
+    EXPECT(all_equal(bufs[0][1] + LARGE, SMALL, 50.0f), "rank 0: rank 1's block");
+    EXPECT(all_equal(bufs[1][1], SMALL, 40.0f), "rank 1: rank 0's block");
+    EXPECT(all_equal(bufs[1][1] + LARGE, LARGE, 21.0f), "rank 1: its own block");
+    EXPECT(log_count("Send", NULL) == N && log_count("Recv", NULL) == N,
+           "the fake ran %d Send and %d Recv calls, want the %d small pairs'", log_count("Send", NULL),
+           log_count("Recv", NULL), N);
+  }
+
+  /* Broadcast routes as the four collectives do: a small one through the
+   * fake, a large one on the copy engines. */
+  set_case("Broadcast by size");
+  log_reset();
+  fill(bufs[1][0], LARGE, 9.0f);
+  EXPECT_OK(ncclGroupStart());
+  for (int r = 0; r < N; r++) {
+    EXPECT_OK(ncclBroadcast(bufs[r][0], bufs[r][1], LARGE, ncclFloat32, 1, comms[r], streams[r]));
+    EXPECT_OK(ncclBroadcast(bufs[r][0], bufs[r][2], SMALL, ncclFloat32, 1, comms[r], streams[r]));
+  }
+  EXPECT_OK(ncclGroupEnd());
+  sync_all();
+  for (int r = 0; r < N; r++) {
+    EXPECT(all_equal(bufs[r][1], LARGE, 9.0f), "rank %d: large Broadcast", r);
+    EXPECT(all_equal(bufs[r][2], SMALL, 9.0f), "rank %d: small Broadcast", r);
+  }
+  EXPECT(log_count("Broadcast", NULL) == N, "the fake ran %d Broadcast calls, want the %d small ones",
+         log_count("Broadcast", NULL), N);
+
   set_case("operator through a stub");
   ncclRedOp_t op;
   float scalar = 2.0f;
@@ -674,7 +734,10 @@ static int child_main(int argc, char** argv) {
     EXPECT_RES(ncclAllReduce(a, b, SMALL, ncclFloat32, ncclSum, c, s), ncclInvalidUsage);
     EXPECT(strstr(ncclGetLastError(NULL), "Duplicate GPU") != NULL, "the refusal does not give the reason: %s",
            ncclGetLastError(NULL));
-    EXPECT_RES(ncclBroadcast(a, b, SMALL, ncclFloat32, 0, c, s), ncclInvalidUsage);
+    /* but what copy engines run, runs: broadcast */
+    EXPECT_OK(ncclBroadcast(a, b, SMALL, ncclFloat32, 0, c, s));
+    REQUIRE_OK(cStreamSynchronize(s));
+    EXPECT(all_equal(b, SMALL, 1.0f), "CE-only Broadcast from rank 0");
   }
   EXPECT_OK(ncclCommDestroy(c));
   printf("%d passed, %d failed\n", passed, failed);
