@@ -39,12 +39,12 @@
 
 extern char** environ;
 
-enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 5 };
-enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV };
-static const char* kCollNames[NCOLL] = {"allgather", "alltoall", "scatter", "gather", "sendrecv"};
+enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 6 };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST };
+static const char* kCollNames[NCOLL] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
 /* nccl-tests' binary of each collective: its "Collective test starting" name. */
 static const char* kTestNames[NCOLL] = {"all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf",
-                                        "sendrecv_perf"};
+                                        "sendrecv_perf",   "broadcast_perf"};
 static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[] = {
     {"int8", ncclInt8, 1},       {"uint8", ncclUint8, 1},     {"int32", ncclInt32, 4},
     {"uint32", ncclUint32, 4},   {"int64", ncclInt64, 8},     {"uint64", ncclUint64, 8},
@@ -100,11 +100,15 @@ struct job {
   size_t count, chunk;             /* per rank: elements, bytes */
 };
 
-static int rooted(int c) { return c == C_SCATTER || c == C_GATHER; }
+static int rooted(int c) { return c == C_SCATTER || c == C_GATHER || c == C_BROADCAST; }
 
-/* Bytes of a rank's buffers the job uses: a block per rank, or (sendrecv,
- * nccl-tests' meaning: to rank+1, from rank-1) one block. */
-static size_t span(const struct job* j) { return j->c == C_SENDRECV ? j->chunk : j->chunk * nranks; }
+/* sendrecv and broadcast size a job by one block (nccl-tests' meaning), the
+ * others by a block per rank. */
+static int oneBlock(int c) { return c == C_SENDRECV || c == C_BROADCAST; }
+
+/* Bytes of a rank's buffers the job uses: a block per rank, or one block
+ * (sendrecv: to rank+1, from rank-1; broadcast: the root's). */
+static size_t span(const struct job* j) { return oneBlock(j->c) ? j->chunk : j->chunk * nranks; }
 
 /* ---- Errors and parsing --------------------------------------------------- */
 
@@ -244,7 +248,7 @@ static void args(const struct job* j, int r, int l, const void** s, void** d) {
     case 0: case 3: *s = recv + (size_t)r * j->chunk; break;
     case 1: *s = recv; break;
     case 2: *s = recv; *d = recv + (size_t)r * j->chunk; break;
-    case C_SENDRECV: *s = recv; break;
+    case C_SENDRECV: case C_BROADCAST: *s = recv; break;
   }
 }
 
@@ -266,6 +270,7 @@ static void issue(const struct thr* t, const struct job* j) {
         CHECK(ncclRecv(d, j->count, ty, (first + l + nranks - 1) % nranks, comms[l], streams[l]));
         CHECK(ncclGroupEnd());
         break;
+      case C_BROADCAST: CHECK(ncclBroadcast(s, d, j->count, ty, j->root, comms[l], streams[l])); break;
     }
   }
   if (t->n > 1) CHECK(ncclGroupEnd());
@@ -344,7 +349,8 @@ static void fill(const struct thr* t, const struct job* j) {
     CHECK(cecollMemcpy(B[l].send, h, total));
     if (!j->inPlace) continue;
     if (j->c == 0 || j->c == 3) CHECK(cecollMemcpy(recv + r * j->chunk, h + r * j->chunk, j->chunk));
-    if (j->c == 1 || j->c == C_SENDRECV || (j->c == 2 && r == j->root)) CHECK(cecollMemcpy(recv, h, total));
+    if (j->c == 1 || j->c == C_SENDRECV || ((j->c == 2 || j->c == C_BROADCAST) && r == j->root))
+      CHECK(cecollMemcpy(recv, h, total));
   }
   free(h);
   free(g);
@@ -360,7 +366,7 @@ static long countWrong(const struct thr* t, const struct job* j) {
     const void* s;
     void* d;
     args(j, r, l, &s, &d);
-    size_t n = (j->c <= 1 || j->c == C_SENDRECV || (j->c == 3 && r == j->root)) ? total : (j->c == 2 ? j->chunk : 0);
+    size_t n = (j->c <= 1 || oneBlock(j->c) || (j->c == 3 && r == j->root)) ? total : (j->c == 2 ? j->chunk : 0);
     if (n == 0) continue;
     CHECK(cecollMemcpy(g, d, n));
     for (size_t e = 0; e < n; e += esz) {
@@ -377,6 +383,9 @@ static long countWrong(const struct thr* t, const struct job* j) {
             break;
           case C_SENDRECV: /* rank r-1's input */
             want = pattern((r + nranks - 1) % nranks, off);
+            break;
+          case C_BROADCAST: /* the root's input */
+            want = pattern(j->root, off);
             break;
           default: /* the root's block r */
             want = pattern(j->root, (size_t)r * j->chunk + off);
@@ -413,8 +422,9 @@ static long verify(const struct thr* t, const struct job* j) {
 /* ---- The copy ceiling ----------------------------------------------------- */
 
 /* Bytes rank r copies in the collective: AllGather and AlltoAll one chunk
- * for every rank (in place not its own), Scatter and Gather one chunk (in
- * place none at the root). */
+ * for every rank (in place not its own), Scatter, Gather and Broadcast one
+ * chunk (in place none at the root: N-1 copies of the message for an
+ * in-place Broadcast). */
 static size_t rankBytes(const struct job* j, int r) {
   if (j->c == C_SENDRECV) return j->chunk;
   if (j->c <= 1) return (j->inPlace ? nranks - 1 : nranks) * j->chunk;
@@ -432,8 +442,10 @@ static void issueCopies(const struct thr* t, const struct job* j) {
   }
 }
 
-/* Seconds per round of the ceiling's copies, one per rank on its stream,
- * timed as the collective is, combined over ranks as -a says. */
+/* Seconds per round of the ceiling's copies, one per rank on its stream:
+ * the slowest rank's, whatever -a says. The copies wait for nothing, so a
+ * rank with none to make (an in-place root) takes no time, and an average
+ * over ranks would halve the ceiling's time. */
 static double timeCopies(const struct thr* t, const struct job* j) {
   issueCopies(t, j);
   complete(t);
@@ -441,7 +453,7 @@ static double timeCopies(const struct thr* t, const struct job* j) {
   double t0 = now();
   for (int i = 0; i < iters * aggIters; i++) issueCopies(t, j);
   complete(t);
-  return combine(t, (now() - t0) / (iters * aggIters), average);
+  return combine(t, (now() - t0) / (iters * aggIters), MAX);
 }
 
 static const size_t kCeilMinSize = 1 << 20; /* %ceil from this size column on */
@@ -500,7 +512,7 @@ static struct row benchTime(const struct thr* t, const struct job* j) {
   out.wrong = check ? verify(t, j) : -1;
   out.timeUs = (cpuTime ? cpu : sec) * 1e6;
   out.algbw = out.size / sec / 1e9;
-  out.busbw = j->c == C_SENDRECV ? out.algbw : out.algbw * (nranks - 1) / nranks; /* nccl-tests' factors */
+  out.busbw = oneBlock(j->c) ? out.algbw : out.algbw * (nranks - 1) / nranks; /* nccl-tests' factors */
   if (ceil && before > 0 && after > 0) {
     double best = before < after ? before : after;
     double copied = 0;
@@ -595,7 +607,7 @@ static size_t nextSize(size_t s) {
 
 static void setJob(struct job* j, size_t size) {
   size_t esz = kTypes[j->type].size;
-  j->count = size / esz / (j->c == C_SENDRECV ? 1 : (size_t)nranks);
+  j->count = size / esz / (oneBlock(j->c) ? 1 : (size_t)nranks);
   j->chunk = j->count * esz;
 }
 
@@ -758,7 +770,8 @@ static int writeJson(const char* path, const char* backend, int ndev, int procs)
   fprintf(f, "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup\": %d,\n  \"average\": %d,\n", iters, aggIters,
           warmup, average);
   fprintf(f, "  \"ceiling\": {\"method\": \"per row: one cecollMemcpyAsync per rank of the bytes the rank copies in "
-             "the collective, timed as the collective just before and just after its loop; the faster counts\", "
+             "the collective, timed as the collective (the slowest rank's) just before and just after its loop; the "
+             "faster counts\", "
              "\"tolerance\": %.3f},\n",
           ceilTol);
   fprintf(f, "  \"rows\": [");
@@ -828,10 +841,12 @@ static int runPlot(const char* json, const char* png) {
 static void help(const char* prog) {
   printf(
       "USAGE: %s [COLLECTIVE] [options]\n"
-      "  COLLECTIVE: allgather, alltoall, scatter, gather, sendrecv or all (default: all, one nccl-tests block\n"
-      "  each). Run as all_gather_perf, alltoall_perf, scatter_perf, gather_perf or sendrecv_perf (a link), it\n"
-      "  times that one. sendrecv is nccl-tests': each rank sends size bytes to rank+1 and receives size bytes\n"
-      "  from rank-1, each rank's pair in a group of its own; its busbw is its algbw.\n"
+      "  COLLECTIVE: allgather, alltoall, scatter, gather, sendrecv, broadcast or all (default: all, one\n"
+      "  nccl-tests block each). Run as all_gather_perf, alltoall_perf, scatter_perf, gather_perf, sendrecv_perf\n"
+      "  or broadcast_perf (a link), it times that one. sendrecv is nccl-tests': each rank sends size bytes to\n"
+      "  rank+1 and receives size bytes from rank-1, each rank's pair in a group of its own; broadcast moves\n"
+      "  size bytes from the root (-r) to every rank. Both size a run by the message, and their busbw is their\n"
+      "  algbw (nccl-tests' factors).\n"
       "\n"
       "nccl-tests' options, with nccl-tests' meanings and defaults:\n"
       "  -t,--nthreads <n>         threads in this process (1)\n"
@@ -882,9 +897,10 @@ static void help(const char* prog) {
       "%%ceil (two columns after the in-place ones: out of place, in place; rows of at least 1 MiB): the copy\n"
       "ceiling's time over the collective's time, in percent. The ceiling is the same bytes moved by plain\n"
       "copies: N concurrent copies, one per rank on the rank's stream, each of the bytes that rank copies in\n"
-      "the collective (AllGather and AlltoAll: a chunk for every rank, in place not its own; Scatter and\n"
-      "Gather: one chunk, in place none at the root), device-to-device within the rank's device, timed as the\n"
-      "collective is (-n x -m rounds, completion time, combined as -a). It is measured right before and right\n"
+      "the collective (AllGather and AlltoAll: a chunk for every rank, in place not its own; Scatter, Gather\n"
+      "and Broadcast: one chunk, in place none at the root; sendrecv: one chunk), device-to-device within the\n"
+      "rank's device, timed as the collective is (-n x -m rounds, completion time) but always the slowest\n"
+      "rank's, since the copies wait for nothing. It is measured right before and right\n"
       "after each row's timed loop and the faster of the two counts; a row whose two measurements differ by\n"
       "more than --ceil-tol is marked with '~' (the machine's speed moved during the row).\n",
       prog);
@@ -1237,7 +1253,7 @@ int main(int argc, char** argv) {
   for (; optind < argc; optind++) {
     const char* a = argv[optind];
     int c = strcmp(a, "all") ? lookup(a, kCollNames, NCOLL) : -1;
-    if (c < 0 && strcmp(a, "all")) usageError("%s: not a collective (allgather, alltoall, scatter, gather, sendrecv, all)", a);
+    if (c < 0 && strcmp(a, "all")) usageError("%s: not a collective (allgather, alltoall, scatter, gather, sendrecv, broadcast, all)", a);
     collIdx = c;
   }
 

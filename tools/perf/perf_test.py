@@ -107,8 +107,9 @@ class Format(unittest.TestCase):
         self.assertEqual(len(b["header"]), 3)
         self.assertEqual(b["oob"], (0, "OK"))
         bws = []
-        # nccl-tests' sendrecv: size is one rank's message, busbw its algbw.
-        per, factor = (1, 1.0) if b["name"] == "sendrecv_perf" else (nranks, (nranks - 1) / nranks)
+        # nccl-tests' sendrecv and broadcast: size is the message, busbw its algbw.
+        one = b["name"] in ("sendrecv_perf", "broadcast_perf")
+        per, factor = (1, 1.0) if one else (nranks, (nranks - 1) / nranks)
         for r in b["rows"]:
             self.assertEqual(r["count"], r["size"] // 4 // per)  # float, per rank
             self.assertEqual(r["size"], r["count"] * 4 * per)
@@ -134,14 +135,15 @@ class Format(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         blocks = parse(out)
         self.assertEqual([b["name"] for b in blocks],
-                         ["all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf", "sendrecv_perf"])
+                         ["all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf", "sendrecv_perf",
+                          "broadcast_perf"])
         for b in blocks:
             self.assertEqual([r["size"] for r in b["rows"]], [0])  # -f on 0 stays at 0
         rc, out, err = run("-g", "4", "-b", "64", "-e", "4M", "-f", "16", "-n", "2", "-w", "1")
         self.assertEqual(rc, 0, err)
         for b in parse(out):
             self.assertEqual([r["size"] for r in b["rows"]], [64, 1024, 16384, 262144, 4194304])
-            self.check_block(b, 4, b["name"] in ("scatter_perf", "gather_perf"))
+            self.check_block(b, 4, b["name"] in ("scatter_perf", "gather_perf", "broadcast_perf"))
         self.assertIn("# nThread 1 nGpus 4 minBytes 64 maxBytes 4194304 step: 16(factor) warmup iters: 1 "
                       "iters: 2 agg iters: 1 validation: 1 graph: 0 unalign: 0", out)
 
@@ -151,12 +153,14 @@ class Format(unittest.TestCase):
                              (["gather", "-g", "3", "-G", "2", "-m", "2", "-f", "2"], 3),
                              (["allgather", "-g", "2", "-i", "768K", "-z", "1", "-a", "3", "-N", "2"], 2),
                              (["sendrecv", "-t", "2", "-g", "2", "-f", "2"], 4),
-                             (["sendrecv", "-P", "3", "-G", "2", "-f", "2"], 3)):
+                             (["sendrecv", "-P", "3", "-G", "2", "-f", "2"], 3),
+                             (["broadcast", "-t", "3", "-f", "2"], 3),
+                             (["broadcast", "-P", "2", "-G", "2", "-R", "2", "-f", "2"], 2)):
             with self.subTest(args=args):
                 rc, out, err = run(*args, "-b", "768K", "-e", "1536K", "-n", "2", "-w", "1")
                 self.assertEqual(rc, 0, err)
                 (b,) = parse(out)
-                self.check_block(b, nranks, args[0] in ("scatter", "gather"))
+                self.check_block(b, nranks, args[0] in ("scatter", "gather", "broadcast"))
                 self.assertEqual(len(b["rows"]), 2 * (1 + ("-N" in args)))
 
     def test_no_check_is_na(self):
