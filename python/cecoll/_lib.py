@@ -90,6 +90,7 @@ _PROTOTYPES = {
     "ncclAllGather": (_R, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, _c_comm, _c_stream]),
     "ncclAlltoAll": (_R, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, _c_comm, _c_stream]),
     "ncclScatter": (_R, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_comm, _c_stream]),
+    "ncclBroadcast": (_R, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_comm, _c_stream]),
     "ncclGather": (_R, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_comm, _c_stream]),
     "ncclSend": (_R, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_comm, _c_stream]),
     "ncclRecv": (_R, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_comm, _c_stream]),

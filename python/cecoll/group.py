@@ -476,6 +476,19 @@ class ProcessGroup:
         self._finish()
 
     @_collective
+    def broadcast(self, tensor, src=0):
+        """src's tensor lands in tensor on every rank (in place, as
+        torch.distributed.broadcast)."""
+        comm = self._live()
+        self._root(src, "src")
+        dt = self._tensor(tensor, "tensor")
+        if tensor.numel() == 0:
+            return
+        p = tensor.data_ptr()
+        self._call("ncclBroadcast", p, p, tensor.numel(), dt, src, comm, self._stream_handle())
+        self._finish()
+
+    @_collective
     def scatter(self, output_tensor, scatter_list_or_tensor=None, src=0):
         """src's i-th chunk lands in rank i's output_tensor. On src, pass a
         list of world_size tensors shaped like output_tensor, or one tensor of

@@ -41,6 +41,7 @@ P2P_CASES = (
     "p2p/send_recv_ring",
     "p2p/batch_all_pairs",
     "p2p/all_to_all_uneven",
+    "bcast/every_root",
 )
 ERROR_CASES = (
     "error/nccl_bad_datatype",
@@ -246,6 +247,15 @@ def run_p2p(pg, name):
             want = torch.cat([data(s, r, outs[s], k) for s in range(w)])
             if not same(y, want):
                 return "call %d: wrong data" % k
+        return None
+    if name == "bcast/every_root":
+        for src in range(w):
+            for n in (3, 50000):
+                y = data(src, 0, n).to(dev) if r == src else torch.full((n,), -1.0, device=dev)
+                pg.broadcast(y, src=src)
+                sync(pg)
+                if not same(y, data(src, 0, n)):
+                    return "broadcast of %d floats from rank %d: wrong data" % (n, src)
         return None
     return "unknown case %s" % name
 
