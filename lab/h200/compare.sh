@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lab/h200/compare.sh: two builds of the library side by side on one H200, in alternating rounds:
-# the 256 MiB floors (cecoll-perf all -g N at 256 MiB per rank, out of and in place, N = 2, 4, 8:
+# the 256 MiB floors (cecoll-perf -g N of each of the four collectives at 256 MiB per rank, out of and in place, N = 2, 4, 8:
 # %ceil) and the 8 B graph replays (lib.sh's g8args, N = 2, 4, 8: us). "new" is build/, the other
 # build/BASE (BASE, default base: its libcecoll.so.*, run by build/cecoll-perf). Prints, per
 # figure, the median of the rounds for each build and new / base; results (the raw outputs and
@@ -23,7 +23,12 @@ for stage in "$@"; do
       for b in new "$B"; do
         [ "$(left)" -lt 30 ] && break 3
         case $stage in
-        floors) perf "$b" "$R/floors-$b-n$n-r$round.txt" all -g "$n" -b $((256 * n))M -e $((256 * n))M -d uint8 -R 2 -n 10 -w 2 -c 0 ;;
+        floors) # the four collectives every build runs (all also times newer operations)
+          for c in allgather alltoall scatter gather; do
+            perf "$b" "$R/one.out" "$c" -g "$n" -b $((256 * n))M -e $((256 * n))M -d uint8 -R 2 -n 10 -w 2 -c 0
+            cat "$R/one.out" >> "$R/floors-$b-n$n-r$round.txt"
+          done
+          rm -f "$R/one.out" ;;
         g8) perf "$b" "$R/g8-$b-n$n-r$round.txt" $(g8args "$n") ;;
         *) echo "unknown stage $stage"; break 3 ;;
         esac

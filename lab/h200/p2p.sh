@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# lab/h200/p2p.sh: point-to-point (ncclSend/ncclRecv) on one H200, by stage:
-#   matrix   the matrix's sendrecv cells in process (layouts group, threads) at 2-4 ranks
-#   mproc    its process cells (proc, 2proc) under MPS
+# lab/h200/p2p.sh: point-to-point (ncclSend/ncclRecv) and broadcast on one H200, by stage:
+#   matrix   the matrix's sendrecv and broadcast cells in process (layouts group, threads), 2-4 ranks
+#   mproc    their process cells (proc, 2proc) under MPS
 #   torch    torch with cecoll preloaded, 2 and 4 processes on GPU 0 under MPS
 #            (lab/h200/torch_p2p.py: send/recv, batch_isend_irecv, scatter, gather, all_to_all
 #            list, uneven all_to_all_single, a 1F1B pipeline, broadcast), then world size 1
@@ -10,6 +10,11 @@
 #            one thread grouped (-g N: zero-copy), a thread per rank (-t N: staged), a process
 #            per rank under MPS (-P N: staged); %ceil is against N concurrent copies of 256 MiB,
 #            one per rank, with no sync
+#   bcast    broadcast at 256 MiB, N = 2, 4, 8, ROUNDS rounds: one thread grouped (-g N: every rank
+#            copies its block from the root's buffer), a thread per rank with symmetric windows
+#            (-t N -R 2: the root copies into every window) and without (-t N: staged), a process
+#            per rank under MPS with windows (-P N -R 2); %ceil in place is against N-1 concurrent
+#            copies of 256 MiB
 #   small    8 B ring sendrecv against an 8 B-per-rank AllGather, one thread grouped, eager and
 #            graph, N = 2, 4, 8, ROUNDS rounds (us)
 # build/ comes carried (make all; build/ctests/matrix; build/cecoll-perf):
@@ -26,17 +31,19 @@ PY=${PYTHON:-python3}
 for stage in "$@"; do
   echo "== $stage ($(left) s left)"
   case $stage in
-  matrix) mrun sr-inproc "$(cells '^sendrecv\..*\.(group|threads)\.')" $(($(left) - 20)) -j 4 -b 64 -t 60 ;;
+  matrix) mrun sr-inproc "$(cells '^(sendrecv|broadcast)\..*\.(group|threads)\.')" $(($(left) - 20)) -j 4 -b 64 -t 60 ;;
   mproc)
     mps_on
-    mrun sr-proc "$(cells '^sendrecv\..*\.(proc|2proc)\.')" $(($(left) - 20)) -j 2 -b 64 -t 60
+    mrun sr-proc "$(cells '^(sendrecv|broadcast)\..*\.(proc|2proc)\.')" $(($(left) - 20)) -j 2 -b 64 -t 60
     mps_off
     ;;
   torch)
     mps_on
     for w in 2 4; do
       rm -f "$R"/torch-w$w.*.json
-      CECOLL_DEBUG=INFO CECOLL_DEBUG_FILE="$R/torch-w$w.cecoll.%p.log" LD_PRELOAD=$PWD/build/libcecoll.so \
+      # torch initialises CUDA before cecoll can raise the queues, and an MPS client left
+      # at the driver's default has 2: the refusal asks for the variable, as a user sets it.
+      CUDA_DEVICE_MAX_CONNECTIONS=8 CECOLL_DEBUG=INFO CECOLL_DEBUG_FILE="$R/torch-w$w.cecoll.%p.log" LD_PRELOAD=$PWD/build/libcecoll.so \
         timeout -k 5 150 "$PY" lab/h200/torch_p2p.py $w "$R/torch-w$w.%d.json" > "$R/torch-w$w.out" 2>&1
       echo "torch world $w: rc=$?"
       "$PY" - "$R" $w <<'PY'
@@ -67,6 +74,19 @@ PY
       done
     done
     ;;
+  bcast)
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+      for n in $NS; do
+        [ "$(left)" -lt 40 ] && break 2
+        perf new "$R/bcast-g-n$n-r$round.txt" broadcast -g "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        perf new "$R/bcast-tR-n$n-r$round.txt" broadcast -t "$n" -R 2 -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        perf new "$R/bcast-t-n$n-r$round.txt" broadcast -t "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        mps_on
+        perf new "$R/bcast-PR-n$n-r$round.txt" broadcast -P "$n" -R 2 -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        mps_off
+      done
+    done
+    ;;
   small)
     for round in $(seq 1 "${ROUNDS:-3}"); do
       for n in $NS; do
@@ -87,7 +107,7 @@ import glob, os, re, statistics, sys
 R = sys.argv[1]
 vals = {}
 for f in sorted(glob.glob(os.path.join(R, "*-r*.txt"))):
-    m = re.match(r"(speed|small)-(.+)-n(\d+)-r\d+\.txt", os.path.basename(f))
+    m = re.match(r"(speed|bcast|small)-(.+)-n(\d+)-r\d+\.txt", os.path.basename(f))
     if not m:
         continue
     for line in open(f):
