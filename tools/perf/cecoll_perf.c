@@ -39,12 +39,14 @@
 
 extern char** environ;
 
-enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 6 };
-enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST };
-static const char* kCollNames[NCOLL] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
-/* nccl-tests' binary of each collective: its "Collective test starting" name. */
-static const char* kTestNames[NCOLL] = {"all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf",
-                                        "sendrecv_perf",   "broadcast_perf"};
+enum { MAXR = 64, MAXP = 64, MAXT = 64, NCOLL = 7 };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, C_ALLTOALLV };
+static const char* kCollNames[NCOLL] = {"allgather", "alltoall",  "scatter",  "gather",
+                                        "sendrecv",  "broadcast", "alltoallv"};
+/* nccl-tests' binary of each collective: its "Collective test starting" name
+ * (alltoallv_perf: rccl-tests'). */
+static const char* kTestNames[NCOLL] = {"all_gather_perf", "alltoall_perf",  "scatter_perf",  "gather_perf",
+                                        "sendrecv_perf",   "broadcast_perf", "alltoallv_perf"};
 static const struct { const char* name; ncclDataType_t t; size_t size; } kTypes[] = {
     {"int8", ncclInt8, 1},       {"uint8", ncclUint8, 1},     {"int32", ncclInt32, 4},
     {"uint32", ncclUint32, 4},   {"int64", ncclInt64, 8},     {"uint64", ncclUint64, 8},
@@ -109,6 +111,50 @@ static int oneBlock(int c) { return c == C_SENDRECV || c == C_BROADCAST; }
 /* Bytes of a rank's buffers the job uses: a block per rank, or one block
  * (sendrecv: to rank+1, from rank-1; broadcast: the root's). */
 static size_t span(const struct job* j) { return oneBlock(j->c) ? j->chunk : j->chunk * nranks; }
+
+/* ncclAllToAllv has no in-place form (RCCL's neither): its rows have only
+ * the out-of-place placement. */
+static int hasInPlace(int c) { return c != C_ALLTOALLV; }
+
+/* ---- AlltoAllv's split ---------------------------------------------------- */
+
+/* alltoallv moves the bytes of the AlltoAll of its size (each rank sends and
+ * receives size bytes, count elements per pair on average), split unevenly
+ * by a fixed rule: pair (s, d) has weight k = 1 + (d - s) mod N (1 for a
+ * rank's own pair, N for its pair to rank s-1) and moves F(k) - F(k-1)
+ * elements, F(k) = floor(count x k(k+1) / (N+1)). Each rank's sends and
+ * each rank's receives have the weights 1..N once each, so their counts
+ * telescope to F(N) = N x count exactly, and a pair moves within one element
+ * of 2k/(N+1) times the mean. Small counts round low weights down to zero
+ * (the rule's own zero pairs). Sends are packed in receiver order, receives
+ * in sender order. */
+static size_t splitF(size_t count, size_t k) {
+  size_t n1 = (size_t)nranks + 1, kk = k * (k + 1);
+  return count / n1 * kk + count % n1 * kk / n1; /* floor(count*kk/n1) without overflow */
+}
+
+static size_t splitCount(size_t count, int s, int d) {
+  size_t k = 1 + (size_t)((d - s + nranks) % nranks);
+  return splitF(count, k) - splitF(count, k - 1);
+}
+
+/* A rank's four ncclAllToAllv arrays (elements), built when a size is set. */
+struct split {
+  size_t sc[MAXP], sd[MAXP], rc[MAXP], rd[MAXP];
+};
+static struct split V[MAXR]; /* per local rank, written by its thread only */
+
+static void buildSplit(size_t count, int r, struct split* v) {
+  size_t so = 0, ro = 0;
+  for (int p = 0; p < nranks; p++) {
+    v->sc[p] = splitCount(count, r, p);
+    v->sd[p] = so;
+    so += v->sc[p];
+    v->rc[p] = splitCount(count, p, r);
+    v->rd[p] = ro;
+    ro += v->rc[p];
+  }
+}
 
 /* ---- Errors and parsing --------------------------------------------------- */
 
@@ -271,6 +317,9 @@ static void issue(const struct thr* t, const struct job* j) {
         CHECK(ncclGroupEnd());
         break;
       case C_BROADCAST: CHECK(ncclBroadcast(s, d, j->count, ty, j->root, comms[l], streams[l])); break;
+      case C_ALLTOALLV:
+        CHECK(ncclAllToAllv(s, V[l].sc, V[l].sd, d, V[l].rc, V[l].rd, ty, comms[l], streams[l]));
+        break;
     }
   }
   if (t->n > 1) CHECK(ncclGroupEnd());
@@ -356,6 +405,28 @@ static void fill(const struct thr* t, const struct job* j) {
   free(g);
 }
 
+/* alltoallv: wrong elements of rank r's output g, every byte of it, the
+ * layout worked out from the rule again rather than from the arrays passed:
+ * the receives tile the buffer in sender order, sender s's pair holding s's
+ * input from s's displacement for r. A split that leaves bytes uncovered
+ * counts them all wrong. */
+static long wrongSplit(const struct job* j, int r, const unsigned char* g) {
+  size_t esz = kTypes[j->type].size, total = span(j), to = 0;
+  long wrong = 0;
+  for (int s = 0; s < nranks; s++) {
+    size_t from = 0, n = splitCount(j->count, s, r);
+    for (int d = 0; d < r; d++) from += splitCount(j->count, s, d);
+    for (size_t e = 0; e < n && to + e < total / esz; e++) {
+      int bad = 0;
+      for (size_t b = 0; b < esz; b++) bad |= g[(to + e) * esz + b] != pattern(s, (from + e) * esz + b);
+      wrong += bad;
+    }
+    to += n;
+  }
+  if (to * esz < total) wrong += (long)((total - to * esz) / esz);
+  return wrong;
+}
+
 /* Wrong elements (of the job's type) in the outputs of the thread's ranks. */
 static long countWrong(const struct thr* t, const struct job* j) {
   size_t total = span(j), esz = kTypes[j->type].size;
@@ -366,9 +437,15 @@ static long countWrong(const struct thr* t, const struct job* j) {
     const void* s;
     void* d;
     args(j, r, l, &s, &d);
-    size_t n = (j->c <= 1 || oneBlock(j->c) || (j->c == 3 && r == j->root)) ? total : (j->c == 2 ? j->chunk : 0);
+    size_t n = (j->c <= 1 || oneBlock(j->c) || j->c == C_ALLTOALLV || (j->c == 3 && r == j->root))
+                   ? total
+                   : (j->c == 2 ? j->chunk : 0);
     if (n == 0) continue;
     CHECK(cecollMemcpy(g, d, n));
+    if (j->c == C_ALLTOALLV) {
+      wrong += wrongSplit(j, r, g);
+      continue;
+    }
     for (size_t e = 0; e < n; e += esz) {
       int bad = 0;
       for (size_t i = e; i < e + esz; i++) {
@@ -424,9 +501,14 @@ static long verify(const struct thr* t, const struct job* j) {
 /* Bytes rank r copies in the collective: AllGather and AlltoAll one chunk
  * for every rank (in place not its own), Scatter, Gather and Broadcast one
  * chunk (in place none at the root: N-1 copies of the message for an
- * in-place Broadcast). */
+ * in-place Broadcast), AlltoAllv the bytes the split has it send (size). */
 static size_t rankBytes(const struct job* j, int r) {
   if (j->c == C_SENDRECV) return j->chunk;
+  if (j->c == C_ALLTOALLV) {
+    size_t n = 0;
+    for (int d = 0; d < nranks; d++) n += splitCount(j->count, r, d);
+    return n * kTypes[j->type].size;
+  }
   if (j->c <= 1) return (j->inPlace ? nranks - 1 : nranks) * j->chunk;
   return j->inPlace && r == j->root ? 0 : j->chunk;
 }
@@ -555,6 +637,9 @@ static void printHeader(int c, const char* backend, int ndev) {
          "(cecoll-perf -h)\n",
          nranks, multiproc ? "as many processes" : "this process",
          reg == 2 ? "in symmetric windows" : reg == 1 ? "ncclCommRegister'd" : "unregistered");
+  if (c == C_ALLTOALLV)
+    printf("# alltoallv: pair (s,d) moves F(k)-F(k-1) elements, k = 1+(d-s) mod N, F(k) = floor(count k(k+1)/(N+1))\n"
+           "# alltoallv: no in-place form (ncclAllToAllv has none): in-place columns N/A\n");
   printf("#\n# Using devices\n");
   if (multiproc) {
     int64_t mine = ((int64_t)getpid() << 8) | devs[0], all[MAXP];
@@ -605,10 +690,12 @@ static size_t nextSize(size_t s) {
   return stepBytes && s <= SIZE_MAX - stepBytes ? s + stepBytes : SIZE_MAX;
 }
 
-static void setJob(struct job* j, size_t size) {
+static void setJob(const struct thr* t, struct job* j, size_t size) {
   size_t esz = kTypes[j->type].size;
   j->count = size / esz / (oneBlock(j->c) ? 1 : (size_t)nranks);
   j->chunk = j->count * esz;
+  if (j->c == C_ALLTOALLV)
+    for (int l = t->l0; l < t->l0 + t->n; l++) buildSplit(j->count, first + l, &V[l]);
 }
 
 struct block {          /* what thread 0 of rank 0 sums for the footer */
@@ -622,7 +709,7 @@ static void timeTest(const struct thr* t, struct job* j, struct block* blk) {
   int progress = printer(t) && isatty(2);
   j->inPlace = 0;
   for (int pass = 0; pass < 2; pass++) { /* warm-up at the largest size, then the smallest */
-    setJob(j, pass ? minBytes : maxBytes);
+    setJob(t, j, pass ? minBytes : maxBytes);
     for (int i = 0; i < warmup; i++) startColl(t, j);
     complete(t);
   }
@@ -632,9 +719,10 @@ static void timeTest(const struct thr* t, struct job* j, struct block* blk) {
     int si = 0;
     for (size_t s = minBytes; s <= maxBytes; s = nextSize(s)) {
       struct row r2[2];
-      setJob(j, s);
+      int placements = hasInPlace(j->c) ? 2 : 1;
+      setJob(t, j, s);
       if (progress) fprintf(stderr, "\r[%s %d/%d sizes]", kCollNames[j->c], ++si, nsizes);
-      for (int ip = 0; ip < 2; ip++) {
+      for (int ip = 0; ip < placements; ip++) {
         j->inPlace = ip;
         r2[ip] = benchTime(t, j);
       }
@@ -643,6 +731,10 @@ static void timeTest(const struct thr* t, struct job* j, struct block* blk) {
       printf("%12zu  %12zu  %8s  %6s  %6d", r2[0].size, r2[0].count, kTypes[j->type].name, "none",
              rooted(j->c) ? j->root : -1);
       for (int ip = 0; ip < 2; ip++) {
+        if (ip == placements) {
+          printf("  %7s  %6s  %6s    N/A", "N/A", "N/A", "N/A"); /* no such placement */
+          continue;
+        }
         printPlacement(&r2[ip]);
         blk->wrongRows += r2[ip].wrong > 0;
         blk->bwSum += r2[ip].busbw;
@@ -650,7 +742,10 @@ static void timeTest(const struct thr* t, struct job* j, struct block* blk) {
         addRow(r2[ip]);
       }
       printf(" ");
-      for (int ip = 0; ip < 2; ip++) printCeil(&r2[ip]);
+      for (int ip = 0; ip < 2; ip++) {
+        if (ip == placements) printf("  %7s", "-");
+        else printCeil(&r2[ip]);
+      }
       printf("\n");
       fflush(stdout);
     }
@@ -756,6 +851,18 @@ static void jsonNum(FILE* f, double v, const char* fmt) {
     fprintf(f, fmt, v);
 }
 
+/* alltoallv rows: the split, sendcounts[s][d] elements from rank s to rank d. */
+static void jsonSplit(FILE* f, const struct row* r) {
+  if (r->coll != C_ALLTOALLV) return;
+  fprintf(f, ", \"sendcounts\": [");
+  for (int s = 0; s < nranks; s++) {
+    fprintf(f, "%s[", s ? ", " : "");
+    for (int d = 0; d < nranks; d++) fprintf(f, "%s%zu", d ? ", " : "", splitCount(r->count, s, d));
+    fputc(']', f);
+  }
+  fputc(']', f);
+}
+
 static int writeJson(const char* path, const char* backend, int ndev, int procs) {
   FILE* f = fopen(path, "w");
   if (!f) {
@@ -790,14 +897,18 @@ static int writeJson(const char* path, const char* backend, int ndev, int procs)
     else
       fprintf(f, ", \"wrong\": %ld", r->wrong);
     if (r->ceilFrac < 0) {
-      fprintf(f, ", \"ceil_fraction\": null, \"ceil_gbps\": null, \"ceil_moved\": null}");
+      fprintf(f, ", \"ceil_fraction\": null, \"ceil_gbps\": null, \"ceil_moved\": null");
+      jsonSplit(f, r);
+      fputc('}', f);
       continue;
     }
     fprintf(f, ", \"ceil_fraction\": ");
     jsonNum(f, r->ceilFrac, "%.4f");
     fprintf(f, ", \"ceil_gbps\": ");
     jsonNum(f, r->ceilGBps, "%.4f");
-    fprintf(f, ", \"ceil_moved\": %s}", r->ceilMoved ? "true" : "false");
+    fprintf(f, ", \"ceil_moved\": %s", r->ceilMoved ? "true" : "false");
+    jsonSplit(f, r);
+    fputc('}', f);
   }
   fprintf(f, "\n  ]\n}\n");
   if (fclose(f) != 0) {
@@ -841,12 +952,22 @@ static int runPlot(const char* json, const char* png) {
 static void help(const char* prog) {
   printf(
       "USAGE: %s [COLLECTIVE] [options]\n"
-      "  COLLECTIVE: allgather, alltoall, scatter, gather, sendrecv, broadcast or all (default: all, one\n"
-      "  nccl-tests block each). Run as all_gather_perf, alltoall_perf, scatter_perf, gather_perf, sendrecv_perf\n"
-      "  or broadcast_perf (a link), it times that one. sendrecv is nccl-tests': each rank sends size bytes to\n"
-      "  rank+1 and receives size bytes from rank-1, each rank's pair in a group of its own; broadcast moves\n"
-      "  size bytes from the root (-r) to every rank. Both size a run by the message, and their busbw is their\n"
-      "  algbw (nccl-tests' factors).\n"
+      "  COLLECTIVE: allgather, alltoall, scatter, gather, sendrecv, broadcast, alltoallv or all (default: all,\n"
+      "  one nccl-tests block each). Run as all_gather_perf, alltoall_perf, scatter_perf, gather_perf,\n"
+      "  sendrecv_perf, broadcast_perf or alltoallv_perf (a link), it times that one. sendrecv is nccl-tests':\n"
+      "  each rank sends size bytes to rank+1 and receives size bytes from rank-1, each rank's pair in a group\n"
+      "  of its own; broadcast moves size bytes from the root (-r) to every rank. Both size a run by the\n"
+      "  message, and their busbw is their algbw (nccl-tests' factors).\n"
+      "  alltoallv (ncclAllToAllv; nccl-tests has no such test) moves the bytes of the alltoall of its size,\n"
+      "  split unevenly: each rank sends and receives size bytes, count (the column) elements per pair on\n"
+      "  average. Pair (s, d), rank s to rank d of N, has weight k = 1 + (d - s) mod N and moves F(k) - F(k-1)\n"
+      "  elements, F(k) = floor(count x k(k+1) / (N+1)): within one element of 2k/(N+1) x count, a rank's own\n"
+      "  pair the least, its pair to rank s-1 the most. A rank's sends, and its receives, have each weight\n"
+      "  once, so each totals N x count exactly; small counts round low weights down to empty pairs. Sends\n"
+      "  are packed in receiver order, receives in sender order; -c checks every received byte. Its busbw is\n"
+      "  alltoall's, algbw x (N-1)/N, so its rows compare with alltoall's; it has no in-place form (RCCL's\n"
+      "  neither): its in-place columns are N/A, and --json has only its out-of-place rows, each with the\n"
+      "  split (sendcounts[s][d]).\n"
       "\n"
       "nccl-tests' options, with nccl-tests' meanings and defaults:\n"
       "  -t,--nthreads <n>         threads in this process (1)\n"
@@ -886,11 +1007,12 @@ static void help(const char* prog) {
       "  --plot FILE.png           run cecoll-plot (next to this binary) on the JSON (FILE.png.json without --json)\n"
       "  --ceil-tol <percent>      how far the ceiling may move during a row before the row is marked (10)\n"
       "\n"
-      "Output: nccl-tests' table: size, count (elements per rank), type, redop, root (-1: none), then out of\n"
-      "place and in place each time (us), algbw = size / time and busbw = algbw x (ranks-1)/ranks (GB/s),\n"
-      "#wrong (wrong elements over every rank; N/A with -c 0); '# Out of bounds values' (rows with wrong\n"
-      "elements) and '# Avg bus bandwidth' (the mean busbw of the rows) close each block. Exit status 1 when\n"
-      "an element was wrong, 2 for a bad option, 3 on -T's timeout, 4 when a call failed.\n"
+      "Output: nccl-tests' table: size, count (elements per rank; alltoallv: the mean per pair), type, redop,\n"
+      "root (-1: none), then out of place and in place each time (us), algbw = size / time and busbw = algbw\n"
+      "x (ranks-1)/ranks (GB/s), #wrong (wrong elements over every rank; N/A with -c 0); '# Out of bounds\n"
+      "values' (rows with wrong elements) and '# Avg bus bandwidth' (the mean busbw of the rows) close each\n"
+      "block. Exit status 1 when an element was wrong, 2 for a bad option, 3 on -T's timeout, 4 when a call\n"
+      "failed.\n"
       "Unlike nccl-tests, chunks are not rounded down to 16 bytes (8 B per rank can be measured) and the\n"
       "in-place AlltoAll is checked.\n"
       "\n"
@@ -898,11 +1020,12 @@ static void help(const char* prog) {
       "ceiling's time over the collective's time, in percent. The ceiling is the same bytes moved by plain\n"
       "copies: N concurrent copies, one per rank on the rank's stream, each of the bytes that rank copies in\n"
       "the collective (AllGather and AlltoAll: a chunk for every rank, in place not its own; Scatter, Gather\n"
-      "and Broadcast: one chunk, in place none at the root; sendrecv: one chunk), device-to-device within the\n"
-      "rank's device, timed as the collective is (-n x -m rounds, completion time) but always the slowest\n"
-      "rank's, since the copies wait for nothing. It is measured right before and right\n"
-      "after each row's timed loop and the faster of the two counts; a row whose two measurements differ by\n"
-      "more than --ceil-tol is marked with '~' (the machine's speed moved during the row).\n",
+      "and Broadcast: one chunk, in place none at the root; sendrecv: one chunk; alltoallv: the bytes the\n"
+      "split has the rank send, size), device-to-device within the rank's device, timed as the collective\n"
+      "is (-n x -m rounds, completion time) but always the slowest rank's, since the copies wait for\n"
+      "nothing. It is measured right before and right after each row's timed loop and the faster of the\n"
+      "two counts; a row whose two measurements differ by more than --ceil-tol is marked with '~' (the\n"
+      "machine's speed moved during the row).\n",
       prog);
 }
 
@@ -1253,7 +1376,8 @@ int main(int argc, char** argv) {
   for (; optind < argc; optind++) {
     const char* a = argv[optind];
     int c = strcmp(a, "all") ? lookup(a, kCollNames, NCOLL) : -1;
-    if (c < 0 && strcmp(a, "all")) usageError("%s: not a collective (allgather, alltoall, scatter, gather, sendrecv, broadcast, all)", a);
+    if (c < 0 && strcmp(a, "all"))
+      usageError("%s: not a collective (allgather, alltoall, scatter, gather, sendrecv, broadcast, alltoallv, all)", a);
     collIdx = c;
   }
 
