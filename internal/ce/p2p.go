@@ -31,25 +31,43 @@ import (
 // in its slot of the sender (stageSize/n bytes, two halves used in turn).
 //
 // A batch runs as rounds: in round r every channel moves its piece r.
-// Phase 0 of a round is the sends (their credit waits, copies, data
-// signals), phase 1 the receives (data waits, copies out, credits). The
-// sends come first: a send waits only for credits granted at the peers'
-// batch starts or by their receives of rounds before, and a receive only
-// for sends of its round, so no wait depends on one queued behind it on
-// any rank's stream: every batch of any pattern (a ring, all pairs, a
-// pipeline) progresses.
+// Step i enqueues the sends of round i (their credit waits, copies, data
+// signals), then the receives of round i-lag (data waits, copies out,
+// credits), where lag is 1 in a batch of several rounds and 0 in one of
+// a single round. A send waits only for credits granted at the peers'
+// batch starts or by their receives two rounds before, and a receive
+// only for sends of its round, which every rank enqueues a step earlier
+// (or, lag 0, before it): no wait depends on one queued behind it on any
+// rank's stream, so every batch of any pattern (a ring, all pairs, a
+// pipeline) progresses. The lag lets a rank's send of piece r+1 go while
+// its peer's piece r is still on the way in, instead of behind that
+// piece's copy out.
+//
+// The receives run on the engine's side stream where it has one and no
+// receive of the batch shares bytes with its sends (then a rank's remote
+// copy and its local copy out overlap: two streams), on the work stream
+// otherwise, in the order above.
 //
 // Eagerly a signal writes its direction's counter (the number of such
 // signals so far, counted alike on both sides) into the peer's word, and
 // a wait holds once the word has reached it (GEQ, nothing reset). Under
-// capture a signal copies 1 into the peer's graph word of the direction's
-// array, which its waiter resets after its wait; the two arrays of a
-// direction alternate, for the two pieces in flight. Every signal of a
-// direction is then ordered after the reset of the one two before it on
-// its word, within a replay and across replays (a batch grants credits
-// only after its previous batch ended, and sends only on credits), so a
-// channel needs no even count of signals (unlike a collective's syncs,
-// B8), and both sides count the same signals, so their arrays agree.
+// capture a replay repeats its values, so each piece goes through one of
+// two alternating halves of the direction (the halves of the staging
+// slot's two pieces in flight), counted alike on both sides:
+//   - every rank on one device: through an aligned 8-byte pair (credit,
+//     data) in the receiver's window, as a collective's pairs (signal.go).
+//     The receiver's credit writes (1, 0), the sender's data (0, 1): each
+//     write zeroes the word its writer waits on next, and the two sides of
+//     a pair strictly alternate (a credit goes only after the receiver saw
+//     the data before it on that half, data only after its credit), so no
+//     wait resets a word and a graph of transfers holds no write-value.
+//   - otherwise: a copy of 1 into the peer's graph word of the half, which
+//     its waiter resets after its wait. Each signal on a half is ordered
+//     after the reset of the one before it there, within a replay and
+//     across replays (a batch grants credits only after its previous batch
+//     ended, and sends only on credits).
+// Either way a channel needs no even count of signals (unlike a
+// collective's syncs, B8).
 
 // Transfer is one send or receive of a batch (Args.P2P).
 type Transfer struct {
@@ -97,12 +115,21 @@ type p2pPlan struct {
 	ch     []channel // ch[peer] sends to peer, ch[n+peer] receives from it; sized at Init
 	joins  []hip.Stream
 	rounds int
+	lag    int        // the receives of step i are round i-lag's (top of the file)
+	rs     hip.Stream // the receives' stream: es, or the side stream
+	alone  bool       // no receive shares bytes with a send: rs may be the side stream
 }
 
 // p2p signal kinds.
 const (
 	sigData = iota
 	sigCredit
+)
+
+// The words of a captured point-to-point pair (signal.go, p2pPairWord).
+const (
+	p2pCreditW = 0 // the receiver writes (1, 0): room for a piece
+	p2pDataW   = 1 // the sender writes (0, 1): the piece landed
 )
 
 // init sizes the plan's scratch (Init: the launch path allocates nothing).
@@ -186,10 +213,15 @@ func (e *Engine) prepareP2P(a *Args) error {
 	for i := range p.ch {
 		p.rounds = max(p.rounds, p.ch[i].pieces)
 	}
-	if err := e.inPlaceOK(a.P2P); err != nil {
+	var err error
+	if p.alone, err = e.inPlaceOK(a.P2P); err != nil {
 		return err
 	}
-	c.plan = plan{a: *a, kind: kindP2P, path: pathP2P, rounds: p.rounds, steps: max(p.rounds, 1), per: 1}
+	p.lag = 0
+	if p.rounds > 1 {
+		p.lag = 1
+	}
+	c.plan = plan{a: *a, kind: kindP2P, path: pathP2P, rounds: p.rounds, steps: max(p.rounds+p.lag, 1), per: 1}
 	return nil
 }
 
@@ -201,8 +233,10 @@ func (e *Engine) prepareP2P(a *Args) error {
 // each piece only after the send read it (nccl-tests' in-place
 // sendrecv). A receive from this rank that copies writes at the batch's
 // start, and a direct one (the peer writes when it likes) at any time:
-// neither may share bytes with a send.
-func (e *Engine) inPlaceOK(ts []Transfer) error {
+// neither may share bytes with a send. alone: no receive shares bytes
+// with a send at all.
+func (e *Engine) inPlaceOK(ts []Transfer) (alone bool, err error) {
+	alone = true
 	for i := range ts {
 		t := &ts[i]
 		if !t.Recv || t.Bytes == 0 || (t.Peer == e.rank && t.PeerBuf == t.Buf) {
@@ -210,18 +244,21 @@ func (e *Engine) inPlaceOK(ts []Transfer) error {
 		}
 		for j := range ts {
 			x := &ts[j]
+			if !x.Recv && x.Bytes > 0 && overlaps(t, x) {
+				alone = false
+			}
 			if x.Recv || x.Bytes == 0 || x.Peer == e.rank || !overlaps(t, x) {
 				continue
 			}
 			if t.Peer != e.rank && t.PeerBuf == 0 && t.Buf == x.Buf && e.startRound(ts, j) <= e.startRound(ts, i) {
 				continue
 			}
-			return result.Errorf(result.InvalidUsage,
+			return false, result.Errorf(result.InvalidUsage,
 				"ce SendRecv: the receive from rank %d shares bytes with the send to rank %d of the same group in a way copy engines cannot order (in place, a send and a receive start at one address, each the first of its peer's in the group)",
 				t.Peer, x.Peer)
 		}
 	}
-	return nil
+	return alone, nil
 }
 
 func overlaps(a, b *Transfer) bool {
@@ -269,64 +306,108 @@ func (e *Engine) next(idx int) (op int, off, l uintptr) {
 	}
 }
 
-// p2pStep enqueues phase `phase` of round r of the batch on s (see the
-// top of the file).
-func (e *Engine) p2pStep(s hip.Stream, r, phase int) error {
+// p2pStep enqueues phase `phase` of step i of the batch: phase 0 the
+// sends of round i on s, phase 1 the receives of round i-lag on p.rs (see
+// the top of the file).
+func (e *Engine) p2pStep(s hip.Stream, i, phase int) error {
+	p := &e.cur.p2p
+	if phase == 0 && i == 0 {
+		if err := e.p2pStart(s); err != nil {
+			return err
+		}
+	}
+	if r := i - p.lag; phase == 1 && r >= 0 {
+		return e.p2pRecvs(p.rs, r)
+	}
+	if phase == 0 && i < p.rounds {
+		return e.p2pSends(s, i)
+	}
+	return nil
+}
+
+// p2pStart begins a batch on s: the sends to this rank, then the receives'
+// stream (forked from s after them: they write receive buffers), then the
+// receives' first credits, two per channel (the slot's halves).
+func (e *Engine) p2pStart(s hip.Stream) error {
 	c := &e.cur
 	p := &c.p2p
+	e.ops = e.ops[:0]
+	e.cp.reset()
+	if err := e.selfCopies(s); err != nil {
+		return err
+	}
+	p.rs = s
+	if p.alone && p.lag > 0 && e.side != 0 {
+		if err := e.rt.EventRecord(e.fork, s); err != nil {
+			return err
+		}
+		if err := e.rt.StreamWaitEvent(e.side, e.fork); err != nil {
+			return err
+		}
+		p.rs, c.side = e.side, true // joinOut joins it back
+	}
+	for q := range e.n {
+		for range min(2, p.ch[e.n+q].pieces) {
+			if err := e.p2pSignal(p.rs, sigCredit, q); err != nil {
+				return err
+			}
+		}
+	}
+	return e.submit(p.rs)
+}
+
+// p2pSends enqueues round r's sends on s: the credit waits, the copies
+// (into the receiver's buffer, or its staging half r%2), the data signals.
+func (e *Engine) p2pSends(s hip.Stream, r int) error {
+	p := &e.cur.p2p
 	n, me := e.n, e.rank
 	e.ops = e.ops[:0]
 	e.cp.reset()
-	if phase == 0 {
-		if r == 0 {
-			if err := e.selfCopies(s); err != nil {
+	for q := range n {
+		if r < p.ch[q].pieces {
+			e.p2pWait(sigCredit, q)
+		}
+	}
+	e.resetWaits()
+	e.cp.seg(segStage1)
+	for q := range n {
+		if r >= p.ch[q].pieces {
+			continue
+		}
+		op, off, l := e.next(q)
+		if op < 0 || l == 0 {
+			continue
+		}
+		t := &p.ops[op]
+		dst := t.PeerBuf + hip.DevicePtr(off)
+		if t.PeerBuf == 0 {
+			dst = e.stageWin.PeerBase(q) + hip.DevicePtr(uintptr(me)*p.slot+uintptr(r%2)*p.piece)
+		}
+		e.cp.add(dst, t.Buf+hip.DevicePtr(off), l)
+	}
+	if err := e.submit(s); err != nil {
+		return err
+	}
+	if err := e.copySeg(s, segStage1, segStage1); err != nil {
+		return err
+	}
+	for q := range n { // after the copies, in stream order: the piece has landed
+		if r < p.ch[q].pieces {
+			if err := e.p2pSignal(s, sigData, q); err != nil {
 				return err
 			}
-			for q := range n {
-				for range min(2, p.ch[n+q].pieces) { // two in flight: the slot's halves
-					if err := e.p2pSignal(s, sigCredit, q); err != nil {
-						return err
-					}
-				}
-			}
 		}
-		for q := range n {
-			if r < p.ch[q].pieces {
-				e.p2pWait(sigCredit, q)
-			}
-		}
-		e.resetWaits()
-		e.cp.seg(segStage1)
-		for q := range n {
-			if r >= p.ch[q].pieces {
-				continue
-			}
-			op, off, l := e.next(q)
-			if op < 0 || l == 0 {
-				continue
-			}
-			t := &p.ops[op]
-			dst := t.PeerBuf + hip.DevicePtr(off)
-			if t.PeerBuf == 0 {
-				dst = e.stageWin.PeerBase(q) + hip.DevicePtr(uintptr(me)*p.slot+uintptr(r%2)*p.piece)
-			}
-			e.cp.add(dst, t.Buf+hip.DevicePtr(off), l)
-		}
-		if err := e.submit(s); err != nil {
-			return err
-		}
-		if err := e.copySeg(s, segStage1, segStage1); err != nil {
-			return err
-		}
-		for q := range n { // after the copies, in stream order: the piece has landed
-			if r < p.ch[q].pieces {
-				if err := e.p2pSignal(s, sigData, q); err != nil {
-					return err
-				}
-			}
-		}
-		return e.submit(s)
 	}
+	return e.submit(s)
+}
+
+// p2pRecvs enqueues round r's receives on s: the data waits, the copies
+// out of the staging half r%2, the credits for pieces r+2.
+func (e *Engine) p2pRecvs(s hip.Stream, r int) error {
+	p := &e.cur.p2p
+	n := e.n
+	e.ops = e.ops[:0]
+	e.cp.reset()
 	for q := range n {
 		if r < p.ch[n+q].pieces {
 			e.p2pWait(sigData, q)
@@ -378,22 +459,30 @@ func (e *Engine) selfCopies(s hip.Stream) error {
 // p2pSignal signals kind to peer q (data: a piece landed; credit: room
 // for one): eagerly the direction's next count, written into q's word of
 // this rank (a write-value queued in e.ops, or where write-values to
-// peers are refused a copy of a local word: B5); under capture a copy of
-// 1 into q's graph word of the direction's array.
+// peers are refused a copy of a local word: B5); under capture a copy
+// into the direction's half (the top of the file): of (1, 0) into this
+// rank's pair of sender q (a credit) or (0, 1) into q's pair of this rank
+// (data), or of 1 into q's graph word of the half.
 func (e *Engine) p2pSignal(s hip.Stream, kind, q int) error {
 	g, k := &e.sig, &e.sig.p2p
 	if e.cur.capturing {
-		arr := &k.gDataTx[q]
-		w := g.p2pGraphDataWord(*arr, e.rank)
-		if kind == sigCredit {
-			arr = &k.gCreditTx[q]
-			w = g.p2pGraphCreditWord(*arr, e.rank)
-		}
-		*arr ^= 1
 		if err := e.submit(s); err != nil {
 			return err
 		}
-		return e.rt.MemcpyAsync(g.win.PeerBase(q)+hip.DevicePtr(4*w), g.local(localOne), 4, s)
+		if kind == sigCredit {
+			h := k.gCreditTx[q]
+			k.gCreditTx[q] ^= 1
+			if g.pairs {
+				return e.rt.MemcpyAsync(g.word(g.p2pPairWord(h, q, p2pCreditW)), g.word(g.signalPattern()), 8, s)
+			}
+			return e.rt.MemcpyAsync(g.win.PeerBase(q)+hip.DevicePtr(4*g.p2pGraphCreditWord(h, e.rank)), g.local(localOne), 4, s)
+		}
+		h := k.gDataTx[q]
+		k.gDataTx[q] ^= 1
+		if g.pairs {
+			return e.rt.MemcpyAsync(g.win.PeerBase(q)+hip.DevicePtr(4*g.p2pPairWord(h, e.rank, p2pCreditW)), g.word(g.releasePattern()), 8, s)
+		}
+		return e.rt.MemcpyAsync(g.win.PeerBase(q)+hip.DevicePtr(4*g.p2pGraphDataWord(h, e.rank)), g.local(localOne), 4, s)
 	}
 	cnt, w := &k.dataSent[q], g.p2pDataWord(e.rank)
 	if kind == sigCredit {
@@ -414,19 +503,30 @@ func (e *Engine) p2pSignal(s hip.Stream, kind, q int) error {
 }
 
 // p2pWait queues the wait for kind from peer q: eagerly for its word to
-// reach the direction's next count, under capture for its graph word of
-// the direction's array (resetWaits adds the resets).
+// reach the direction's next count, under capture for its word of the
+// direction's half: in q's pair of this rank (a credit) or this rank's
+// pair of q (data), or this rank's graph word (resetWaits adds the
+// resets).
 func (e *Engine) p2pWait(kind, q int) {
 	g, k := &e.sig, &e.sig.p2p
 	if e.cur.capturing {
-		arr := &k.gDataRx[q]
-		w := g.p2pGraphDataWord(*arr, q)
+		var at hip.DevicePtr
 		if kind == sigCredit {
-			arr = &k.gCreditRx[q]
-			w = g.p2pGraphCreditWord(*arr, q)
+			h := k.gCreditRx[q]
+			k.gCreditRx[q] ^= 1
+			at = g.word(g.p2pGraphCreditWord(h, q))
+			if g.pairs {
+				at = g.win.PeerBase(q) + hip.DevicePtr(4*g.p2pPairWord(h, e.rank, p2pCreditW))
+			}
+		} else {
+			h := k.gDataRx[q]
+			k.gDataRx[q] ^= 1
+			at = g.word(g.p2pGraphDataWord(h, q))
+			if g.pairs {
+				at = g.word(g.p2pPairWord(h, q, p2pDataW))
+			}
 		}
-		*arr ^= 1
-		e.ops = append(e.ops, hip.WaitValue32(g.word(w), 1, hip.WaitGEQ))
+		e.ops = append(e.ops, hip.WaitValue32(at, 1, hip.WaitGEQ))
 		return
 	}
 	cnt, w := &k.dataWait[q], g.p2pDataWord(q)
@@ -438,9 +538,9 @@ func (e *Engine) p2pWait(kind, q int) {
 
 // resetWaits follows the captured waits queued in e.ops with the resets
 // of their words (in a batch of their own where writes may overtake
-// waits); eager waits reset nothing.
+// waits); eager waits and pairs reset nothing.
 func (e *Engine) resetWaits() {
-	if !e.cur.capturing || len(e.ops) == 0 {
+	if !e.cur.capturing || e.sig.pairs || len(e.ops) == 0 {
 		return
 	}
 	end := len(e.ops)

@@ -310,3 +310,84 @@ func TestP2PInPlaceRounds(t *testing.T) {
 		return nil
 	})
 }
+
+// Several batches captured into one graph (as a training step or
+// cecoll-perf -G captures them), replayed back to back, at 3 and 4 ranks,
+// under chaos: rings staged over several rounds and direct, and a
+// receive in place over its own send, every receive checked after each
+// replay. Every rank on one device, captured transfers go through pairs
+// and the graph holds no write-value; on a device each, through graph
+// words that their waiters reset.
+func TestP2PGraphOfBatches(t *testing.T) {
+	const batches, replays = 5, 3
+	for _, devices := range []int{1, 0} {
+		for _, n := range []int{3, 4} {
+			t.Run(fmt.Sprintf("devices=%d/n%d", devices, n), func(t *testing.T) {
+				recs := make([]*recRT, n)
+				w := newWorld(t, n, worldOpts{chaos: int64(60 + n + devices), devices: devices, wrap: func(rank int, rt hip.Runtime) hip.Runtime {
+					recs[rank] = &recRT{Runtime: rt}
+					return recs[rank]
+				}})
+				w.run(testCfg(), 60*time.Second, false, func(r *rankEnv) error {
+					me := r.rank
+					next, prev := (me+1)%n, (me-1+n)%n
+					size := func(b int) uintptr { return uintptr(700 + 1900*b) } // up to 8300 bytes: several pieces
+					var calls []*Args
+					var sends, recvs []hip.DevicePtr
+					for b := range batches {
+						sz := size(b)
+						sb, rb := r.alloc(sz), r.alloc(sz)
+						if b == 3 {
+							rb = sb // in place: the receive overwrites what the send reads
+						}
+						sends, recvs = append(sends, sb), append(recvs, rb)
+						tr := []Transfer{{Peer: next, Buf: sb, Bytes: sz}, {Recv: true, Peer: prev, Buf: rb, Bytes: sz}}
+						calls = append(calls, &Args{Func: FuncSendRecv, P2P: tr, Stream: r.s})
+					}
+					// Batch 1 direct: each side knows its match's buffer
+					// (every rank exchanges every batch's).
+					for b := range batches {
+						gotR, gotS := r.exchange(recvs[b]), r.exchange(sends[b])
+						if b == 1 {
+							calls[b].P2P[0].PeerBuf, calls[b].P2P[1].PeerBuf = gotR[next], gotS[prev]
+						}
+					}
+					before := len(recs[me].batches)
+					x, err := r.captureGraph(calls...)
+					if err != nil {
+						return err
+					}
+					writes := 0
+					for _, bt := range recs[me].batches[before:] {
+						for _, op := range bt {
+							if op.Op == hip.MemOpWriteValue32 {
+								writes++
+							}
+						}
+					}
+					if (devices == 1) != (writes == 0) {
+						return fmt.Errorf("%d write-values captured with every rank on %d device(s)", writes, max(devices, n))
+					}
+					var bad error
+					for rnd := range replays {
+						for b := range batches {
+							r.put(sends[b], p2pBytes(me, next, b, rnd, size(b)))
+						}
+						r.w.bar.wait()
+						if err := r.replay(x); err != nil {
+							return err
+						}
+						r.w.bar.wait()
+						for b := range batches {
+							if got := r.get(recvs[b], size(b)); !bytes.Equal(got, p2pBytes(prev, me, b, rnd, size(b))) {
+								bad = cmp.Or(bad, fmt.Errorf("replay %d, batch %d (%d bytes): wrong bytes", rnd, b, size(b)))
+							}
+						}
+						r.w.bar.wait()
+					}
+					return bad
+				})
+			})
+		}
+	}
+}

@@ -72,14 +72,17 @@ import (
 
 // A sync window of n ranks holds, in words (layout): the pairs
 // (peerOpens, then rootOpens: 2n words each, the pair of peer p at 2p),
-// the release pattern ((0, 1) n times) and right after it the signal
-// pattern (1, 0) that pair writes copy, the eager words (n, by writer),
+// the captured point-to-point pairs (p2p.go: two halves of 2n words, the
+// pair of sender p at 2p), the release pattern ((0, 1) n times) and right
+// after it the signal pattern (1, 0) that pair writes copy, the eager
+// words (n, by writer),
 // the graph words (2n: two arrays by writer), the point-to-point words
 // (p2p.go: eager data and credit words, n each, by peer; their graph
 // words, two arrays of each), then the local words below. Every pair
 // lies at a multiple of 8 bytes.
 type layout struct {
 	pairs          [2]int // the pair sets, by set
+	p2pPairs       [2]int // captured point-to-point on one device: two halves, a pair by sender
 	releasePat     int
 	signalPat      int
 	eager          int
@@ -96,6 +99,7 @@ func newLayout(n int) layout {
 	var l layout
 	take := func(k int) int { at := l.words; l.words += k; return at }
 	l.pairs[0], l.pairs[1] = take(2*n), take(2*n)
+	l.p2pPairs[0], l.p2pPairs[1] = take(2*n), take(2*n)
 	l.releasePat = take(2 * n)
 	l.signalPat = take(2)
 	l.eager = take(n)
@@ -154,6 +158,10 @@ func (g *signals) signalPattern() int                   { return g.l.signalPat }
 func (g *signals) eagerWord(writer int) int             { return g.l.eager + writer }
 func (g *signals) graphWord(arr uint32, writer int) int { return g.l.graph[arr] + writer }
 func (g *signals) local(j int) hip.DevicePtr            { return g.word(g.l.local + j) }
+
+// p2pPairWord is word w (p2pCreditW, p2pDataW) of the captured pair of
+// half h between sender s and this rank, the receiver (p2p.go).
+func (g *signals) p2pPairWord(h uint8, s, w int) int { return g.l.p2pPairs[h] + 2*s + w }
 
 // The point-to-point words (p2p.go), by the peer that writes them.
 func (g *signals) p2pDataWord(writer int) int   { return g.l.p2pData + writer }
@@ -570,7 +578,7 @@ func (g *signals) startRelease(e *Engine) {
 			}
 		}
 		g.abortStream = s
-		ops := make([]hip.MemOp, 0, 13*g.n)
+		ops := make([]hip.MemOp, 0, 17*g.n)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -584,6 +592,12 @@ func (g *signals) startRelease(e *Engine) {
 					ops = append(ops, hip.WriteValue32(g.word(g.graphWord(arr, r)), 1),
 						hip.WriteValue32(g.word(g.p2pGraphDataWord(uint8(arr), r)), 1),
 						hip.WriteValue32(g.word(g.p2pGraphCreditWord(uint8(arr), r)), 1))
+				}
+				for h := range uint8(2) {
+					if g.pairs && r != g.me { // this rank's data waits, and its credit waits at r
+						ops = append(ops, hip.WriteValue32(g.word(g.p2pPairWord(h, r, p2pDataW)), 1),
+							hip.WriteValue32(g.win.PeerBase(r)+hip.DevicePtr(4*g.p2pPairWord(h, g.me, p2pCreditW)), 1))
+					}
 				}
 				for set := range 2 {
 					if g.pairs && r != g.me {

@@ -11,7 +11,8 @@
 # the rest (a refusal fails every rank, CECOLL_CHECK's rooted offsets,
 # the engine settings agreed at init, forward-only on too few queues),
 # PNN point-to-point's (matching order, credits before reuse, signal
-# after data, the staged halves, the streams of a thread's group).
+# after data, the staged halves, the streams of a thread's group; in
+# internal/ce: captured pairs, the receives' stream).
 set -u
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 scratch=$(mktemp -d)
