@@ -4,7 +4,8 @@
  * judges it against one rule table.
  *
  * Dimensions of a cell (its name joins them with dots, e.g.
- * scatter.inplace.rootlast.sym.proc.graph.two.n4):
+ * scatter.inplace.rootlast.sym.proc.graph.two.n4, or with a device per rank
+ * scatter.inplace.rootlast.sym.proc.graph.two.n4.dev):
  *   collective  allgather alltoall scatter gather, sendrecv (nccl-tests'
  *               sendrecv: each rank sends to rank+1 and receives from rank-1,
  *               both in one group of its own; in place, from and into one
@@ -40,7 +41,27 @@
  *   streams     own (one per rank), two (each rank alternates its calls
  *               between two streams of its own, no sync in between), null
  *               (stream 0), shared (one stream for all ranks of a process)
- *   ranks       -r list (default 2,3,4); every rank is on device 0
+ *   ranks       -r list (default 2,3,4)
+ *   devices     dev0      every rank on device 0 (no component in the name:
+ *                         the names of the matrix before this dimension)
+ *               dev       rank r on device r (name ending .dev): group
+ *                         passes devlist {0..n-1} to ncclCommInitAll,
+ *                         threads sets each rank's device on its thread,
+ *                         a rank process (proc, 2proc) sets its rank's
+ *                         (modulo the device count) before its
+ *                         ncclCommInitRank; each rank's streams and
+ *                         allocations are made on its device. Copies and
+ *                         flags then cross devices, and the engine leaves
+ *                         its one-device paths (captured pairs). streams
+ *                         =shared only with proc: a stream belongs to one
+ *                         device, so one stream for the ranks of a process
+ *                         on several devices is no cell. A dev cell needs
+ *                         as many devices as ranks (the host device has
+ *                         CECOLL_HOST_DEVICES, default 8; a GPU machine
+ *                         cecollGetDeviceCount's): with fewer it is SKIP,
+ *                         with the counts in the line, never run on shared
+ *                         devices (that would be another cell: its ranks'
+ *                         NULL streams, for one, would be one stream)
  *
  * Each cell makes -k calls (default 2) per round, each on its own buffers,
  * back to back, and -g rounds (eager) or replays (graph), default 2, with
@@ -51,9 +72,9 @@
  *   1 stream=null, exec=graph          capture-error: cecollStreamBeginCapture
  *                                      of the NULL stream fails (any error
  *                                      code, never a crash) in every process
- *   2 layout=threads, stream=null or   shared-stream: two ranks of one process
- *     shared                           on one stream in calls of separate
- *                                      threads (ungrouped, or sendrecv's
+ *   2 layout=threads, stream=shared,   shared-stream: two ranks of one process
+ *     or stream=null and devices=dev0  on one stream in calls of separate
+ *     (dev: a NULL stream per device)  threads (ungrouped, or sendrecv's
  *                                      group of one rank): a call returns
  *                                      ncclInvalidUsage, last error mentions
  *                                      "stream"
@@ -70,13 +91,19 @@
  *                                      before each region, 64+ after, unused
  *                                      buffers and spare allocations whole)
  * (Ranks in different processes may all use the NULL stream: rule 2 is
- * about one process. All ranks are on device 0, so one process's NULL
- * stream is one stream.)
+ * about one process. The NULL stream is one per device: in dev0 cells all
+ * ranks are on device 0, so one process's NULL stream is one stream; in
+ * dev cells each rank's is its own device's, so threads+null is right
+ * data.)
  *
  * Verdicts, one line per cell: PASS (right data), EXPECTED-ERROR-OK (the
  * rule's error came), FAIL (wrong data, another error, no error, a crash),
  * HANG (the watchdog, -t seconds, fired; in process layouts the cell kills
- * its rank processes and the runner kills the cell's process group).
+ * its rank processes and the runner kills the cell's process group), SKIP
+ * (a dev cell with fewer devices than ranks: the runner, which never starts
+ * the device runtime itself, asks a child for the count (--device-count)
+ * once, only when the list holds a dev cell, and starts no process for
+ * such a cell; the summary counts SKIP only where there were some).
  *
  * Usage:
  *   matrix --list all|pairwise [-r 2,3,4]      ids, names, expected outcomes
@@ -84,17 +111,24 @@
  *                   (a comma-separated mix: pairwise,NAME adds a cell)
  *   matrix --cell NAME[,NAME...]               cells in this process, in turn
  *   matrix --rules                             the outcome table
+ *   matrix --device-count                      the backend's device count (what dev cells need)
  *   --shard K/N with --list or --run: every N-th selected cell from the K-th
  *   (0-based), to split a long list between runs
  *   --ops LIST with --list or --run: the cells of these collectives only
  *   (comma-separated names; pairwise is then chosen among them)
+ *   --devices dev0|dev|dev0,dev with --list or --run: the cells of these
+ *   device values only (default both; ids count the cells generated, and
+ *   the dev0 cells come first, so theirs are the same either way)
  * Common options: -r ranks, -k calls, -g rounds, -c count, -t watchdog
  * seconds (CECOLL_MATRIX_WATCHDOG), -j parallel cells, -o log folder (default
  * matrix-logs beside the binary; logs of cells with the expected outcome are
  * deleted unless -K), -v print the log tail of unexpected cells.
  * pairwise: a greedy, deterministic subset in which every pair of values of
  * any two dimensions appears at least once, shown by a cell of the best
- * outcome class that can show it (right data before errors).
+ * outcome class that can show it (right data before errors); chosen among
+ * the dev0 cells and among the dev cells apart, so every such pair appears
+ * on device 0 and again on devices of their own (the dev0 part is the
+ * subset of the matrix before the device dimension).
  * --run exits non-zero on any FAIL or HANG. The cells inherit the
  * environment: CECOLL_CHECK=1 runs every cell under the check (a false
  * alarm in a right-data cell is then a FAIL), CECOLL_HOST_CHAOS=<seed> under
@@ -135,7 +169,10 @@
 
 /* ---- Dimensions ------------------------------------------------------------ */
 
-enum { D_COLL, D_PLACE, D_ROOT, D_BUF, D_LAYOUT, D_EXEC, D_STREAM, D_RANKS, ND };
+/* D_DEV last: the pairwise cover pairs the dimensions before it (NPD) and is
+ * chosen among each device value's cells apart (see pairwise_by_device). */
+enum { D_COLL, D_PLACE, D_ROOT, D_BUF, D_LAYOUT, D_EXEC, D_STREAM, D_RANKS, D_DEV, ND };
+#define NPD D_DEV
 enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, NC };
 enum { P_OOP, P_INPLACE, NP };
 enum { R_NONE, R_ZERO, R_LAST, NR };
@@ -143,6 +180,7 @@ enum { B_UNREG, B_REG, B_WIN, B_SYM, B_MIXED, B_MIXEDSYM, NBUF };
 enum { L_GROUP, L_THREADS, L_PROC, L_2PROC, NL };
 enum { E_EAGER, E_GRAPH, NE };
 enum { S_OWN, S_TWO, S_NULL, S_SHARED, NS };
+enum { V_DEV0, V_DEVS, NV }; /* every rank on device 0; rank r on device r */
 
 static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
 static const char* const place_names[NP] = {"oop", "inplace"};
@@ -151,6 +189,8 @@ static const char* const buf_names[NBUF] = {"unreg", "reg", "win", "sym", "mixed
 static const char* const layout_names[NL] = {"group", "threads", "proc", "2proc"};
 static const char* const exec_names[NE] = {"eager", "graph"};
 static const char* const stream_names[NS] = {"own", "two", "null", "shared"};
+/* In a name: nothing for dev0 (today's names), a last component .dev for dev. */
+static const char* const dev_names[NV] = {"dev0", "dev"};
 
 #define MAX_RANKLIST 8
 #define MAXN 16 /* ranks of one communicator */
@@ -175,9 +215,9 @@ static int is_rooted(int coll) { return coll == C_SCATTER || coll == C_GATHER ||
 static void cell_name(const cell* c, char* out, size_t n) {
   char root[16] = "";
   if (c->v[D_ROOT] != R_NONE) snprintf(root, sizeof root, ".%s", root_names[c->v[D_ROOT]]);
-  snprintf(out, n, "%s.%s%s.%s.%s.%s.%s.n%d", coll_names[c->v[D_COLL]], place_names[c->v[D_PLACE]], root,
+  snprintf(out, n, "%s.%s%s.%s.%s.%s.%s.n%d%s", coll_names[c->v[D_COLL]], place_names[c->v[D_PLACE]], root,
            buf_names[c->v[D_BUF]], layout_names[c->v[D_LAYOUT]], exec_names[c->v[D_EXEC]],
-           stream_names[c->v[D_STREAM]], c->v[D_RANKS]);
+           stream_names[c->v[D_STREAM]], c->v[D_RANKS], c->v[D_DEV] == V_DEVS ? ".dev" : "");
 }
 
 static int lookup(const char* tok, size_t len, const char* const* names, int n) {
@@ -191,23 +231,29 @@ static int cell_valid(const cell* c) {
   if (c->v[D_RANKS] < 2 || c->v[D_RANKS] > MAXN) return 0;
   /* 2 processes of one rank each is the proc layout. */
   if (c->v[D_LAYOUT] == L_2PROC && c->v[D_RANKS] < 3) return 0;
+  /* A stream belongs to one device: one stream for all ranks of a process
+   * exists only where that process has one rank (proc) once the ranks are
+   * on devices of their own. */
+  if (c->v[D_DEV] == V_DEVS && c->v[D_STREAM] == S_SHARED && c->v[D_LAYOUT] != L_PROC) return 0;
   return 1;
 }
 
 /* Parses a cell name; 0 on success. */
 static int cell_parse(const char* s, cell* c) {
-  const char* tok[9];
-  size_t len[9];
-  /* collective.place[.root].buffers.layout.exec.streams.nN */
+  const char* tok[10];
+  size_t len[10];
+  /* collective.place[.root].buffers.layout.exec.streams.nN[.dev] */
   int nt = 0, k = 0;
   const char* p = s;
   memset(c, 0, sizeof *c);
-  while (nt < 9) {
+  while (nt < 10) {
     size_t m = strcspn(p, ".");
     tok[nt] = p, len[nt] = m, nt++;
     if (!p[m]) break;
     p += m + 1;
   }
+  c->v[D_DEV] = V_DEV0;
+  if (nt >= 8 && lookup(tok[nt - 1], len[nt - 1], dev_names + V_DEVS, 1) == 0) c->v[D_DEV] = V_DEVS, nt--;
   if (nt != 7 && nt != 8) return -1;
   if ((c->v[D_COLL] = lookup(tok[k], len[k], coll_names, NC)) < 0) return -1;
   k++;
@@ -257,7 +303,7 @@ static const struct rule {
     [X_CAPTURE] = {X_CAPTURE, "capture-error", "stream=null and exec=graph",
                    "cecollStreamBeginCapture of the NULL stream fails (an error, not a crash) in every process",
                    ncclSuccess, NULL},
-    [X_SHARED_STREAM] = {X_SHARED_STREAM, "shared-stream-error", "layout=threads and stream=null|shared",
+    [X_SHARED_STREAM] = {X_SHARED_STREAM, "shared-stream-error", "layout=threads, stream=shared|null+dev0",
                          "two ranks of one process on one stream in calls of separate threads: a call returns "
                          "ncclInvalidUsage, last error mentions \"stream\"",
                          ncclInvalidUsage, "stream"},
@@ -272,7 +318,11 @@ static const struct rule {
 
 static expect_t expected(const cell* c) {
   if (c->v[D_STREAM] == S_NULL && c->v[D_EXEC] == E_GRAPH) return X_CAPTURE;
-  if (c->v[D_LAYOUT] == L_THREADS && (c->v[D_STREAM] == S_NULL || c->v[D_STREAM] == S_SHARED)) return X_SHARED_STREAM;
+  /* The NULL stream is one per device: one stream for the ranks of a
+   * process only where they share a device. */
+  if (c->v[D_LAYOUT] == L_THREADS &&
+      ((c->v[D_STREAM] == S_NULL && c->v[D_DEV] == V_DEV0) || c->v[D_STREAM] == S_SHARED))
+    return X_SHARED_STREAM;
   /* Sends and receives route and plan by their bytes, never their windows. */
   if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP && c->v[D_COLL] != C_SENDRECV) return X_CONTRACT;
   return X_DATA;
@@ -285,6 +335,8 @@ static void print_rules(void) {
     const struct rule* r = &rules[order[i]];
     printf("  %d  %-40s %-20s %s\n", i + 1, r->when, r->outcome, r->want);
   }
+  printf("devices: dev0 cells put every rank on device 0; dev cells (names ending .dev) rank r on device r,\n"
+         "and are SKIPPED where the backend has fewer devices than ranks (cecollGetDeviceCount)\n");
 }
 
 /* ---- Options ------------------------------------------------------------------ */
@@ -303,6 +355,7 @@ static struct {
   int verbose;   /* -v */
   int shard_k, shard_n; /* --shard K/N: every N-th selected cell from the K-th */
   unsigned ops;         /* --ops: a bit per collective generated */
+  unsigned devs;        /* --devices: a bit per device value generated */
 } opt;
 
 static const char* self_path;
@@ -310,7 +363,7 @@ static const char* self_path;
 static void usage(void) {
   fprintf(stderr,
           "usage: %s --list all|pairwise | --run all|pairwise|NAME|ID[,...] | --cell NAME[,...] | --rules\n"
-          "       [--shard K/N] [--ops allgather,...] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-b batch]\n"
+          "       [--shard K/N] [--ops allgather,...] [--devices dev0,dev] [-r 2,3,4] [-k calls] [-g rounds] [-c count] [-t watchdog_s] [-j jobs] [-b batch]\n"
           "       [-o logdir] [-K] [-v]\n",
           self_path);
   exit(2);
@@ -329,6 +382,19 @@ static void set_ops(const char* s) {
   if (opt.ops == 0) usage();
 }
 
+/* --devices: the device values whose cells are generated (default: both). */
+static void set_devs(const char* s) {
+  opt.devs = 0;
+  while (s && *s) {
+    size_t m = strcspn(s, ",");
+    int d = lookup(s, m, dev_names, NV);
+    if (d < 0) usage();
+    opt.devs |= 1u << d;
+    s += m + (s[m] == ',');
+  }
+  if (opt.devs == 0) usage();
+}
+
 static void set_ranks(const char* s) {
   opt.nranks = 0;
   while (s && *s) {
@@ -344,34 +410,37 @@ static void set_ranks(const char* s) {
 
 /* ---- Cells and the pairwise subset -------------------------------------------- */
 
-/* Every valid cell for the rank list, in a fixed order (the ids). */
+/* Every valid cell for the rank list, in a fixed order (the ids): the dev0
+ * cells first, so their ids are those of the matrix before the device
+ * dimension. */
 static int all_cells(cell** out) {
   int cap = 1024, n = 0;
   cell* v = (cell*)malloc((size_t)cap * sizeof *v);
   REQUIRE(v != NULL);
-  for (int ri = 0; ri < opt.nranks; ri++)
-    for (int co = 0; co < NC; co++)
-      for (int pl = 0; pl < NP && (opt.ops >> co & 1); pl++)
-        for (int ro = 0; ro < NR; ro++)
-          for (int bu = 0; bu < NBUF; bu++)
-            for (int la = 0; la < NL; la++)
-              for (int ex = 0; ex < NE; ex++)
-                for (int st = 0; st < NS; st++) {
-                  cell c = {{co, pl, ro, bu, la, ex, st, opt.ranks[ri]}};
-                  if (!cell_valid(&c)) continue;
-                  if (n == cap) {
-                    cap *= 2;
-                    v = (cell*)realloc(v, (size_t)cap * sizeof *v);
-                    REQUIRE(v != NULL);
+  for (int dv = 0; dv < NV; dv++)
+    for (int ri = 0; ri < opt.nranks && (opt.devs >> dv & 1); ri++)
+      for (int co = 0; co < NC; co++)
+        for (int pl = 0; pl < NP && (opt.ops >> co & 1); pl++)
+          for (int ro = 0; ro < NR; ro++)
+            for (int bu = 0; bu < NBUF; bu++)
+              for (int la = 0; la < NL; la++)
+                for (int ex = 0; ex < NE; ex++)
+                  for (int st = 0; st < NS; st++) {
+                    cell c = {{co, pl, ro, bu, la, ex, st, opt.ranks[ri], dv}};
+                    if (!cell_valid(&c)) continue;
+                    if (n == cap) {
+                      cap *= 2;
+                      v = (cell*)realloc(v, (size_t)cap * sizeof *v);
+                      REQUIRE(v != NULL);
+                    }
+                    v[n++] = c;
                   }
-                  v[n++] = c;
-                }
   *out = v;
   return n;
 }
 
 static int card(int d) {
-  static const int cards[ND] = {NC, NP, NR, NBUF, NL, NE, NS, MAX_RANKLIST};
+  static const int cards[ND] = {NC, NP, NR, NBUF, NL, NE, NS, MAX_RANKLIST, NV};
   return cards[d];
 }
 
@@ -389,8 +458,8 @@ static int npairs;
 
 static void pair_index_init(void) {
   npairs = 0;
-  for (int i = 0; i < ND; i++)
-    for (int j = i + 1; j < ND; j++) {
+  for (int i = 0; i < NPD; i++)
+    for (int j = i + 1; j < NPD; j++) {
       pair_base[i][j] = npairs;
       npairs += card(i) * card(j);
     }
@@ -417,8 +486,8 @@ static int pairwise(const cell* cells, int ncells, int* chosen) {
   for (int p = 0; p < npairs; p++) cls[p] = NX;
   for (int k = 0; k < ncells; k++) {
     int x = (int)expected(&cells[k]);
-    for (int i = 0; i < ND; i++)
-      for (int j = i + 1; j < ND; j++) {
+    for (int i = 0; i < NPD; i++)
+      for (int j = i + 1; j < NPD; j++) {
         int p = pair_of(&cells[k], i, j);
         if (x < cls[p]) cls[p] = x;
       }
@@ -429,8 +498,8 @@ static int pairwise(const cell* cells, int ncells, int* chosen) {
     for (int k = 0; k < ncells; k++) {
       int x = (int)expected(&cells[k]), gain = 0;
       if (taken[k]) continue;
-      for (int i = 0; i < ND; i++)
-        for (int j = i + 1; j < ND; j++) {
+      for (int i = 0; i < NPD; i++)
+        for (int j = i + 1; j < NPD; j++) {
           int p = pair_of(&cells[k], i, j);
           gain += !covered[p] && cls[p] == x;
         }
@@ -438,8 +507,8 @@ static int pairwise(const cell* cells, int ncells, int* chosen) {
     }
     REQUIRE(best >= 0);
     taken[best] = 1;
-    for (int i = 0; i < ND; i++)
-      for (int j = i + 1; j < ND; j++) {
+    for (int i = 0; i < NPD; i++)
+      for (int j = i + 1; j < NPD; j++) {
         int p = pair_of(&cells[best], i, j);
         if (!covered[p] && cls[p] == (int)expected(&cells[best])) covered[p] = 1, left--;
       }
@@ -449,6 +518,31 @@ static int pairwise(const cell* cells, int ncells, int* chosen) {
   free(cls);
   free(covered);
   free(taken);
+  return nchosen;
+}
+
+/* The pairwise subset of each device value's cells, joined: the dev0 cells'
+ * is the subset of the matrix before the device dimension, and the dev
+ * cells get a cover of their own (every pair of the other dimensions on
+ * devices of their own), not just each dimension's values once beside
+ * .dev. In id order (the dev0 cells come first). */
+static int pairwise_by_device(const cell* cells, int ncells, int* chosen) {
+  cell* sub = (cell*)malloc(((size_t)ncells + 1) * sizeof *sub);
+  int* ids = (int*)malloc(((size_t)ncells + 1) * sizeof *ids);
+  int* got = (int*)malloc(((size_t)ncells + 1) * sizeof *got);
+  int nchosen = 0;
+  REQUIRE(sub && ids && got);
+  for (int dv = 0; dv < NV; dv++) {
+    int m = 0, k;
+    for (int i = 0; i < ncells; i++)
+      if (cells[i].v[D_DEV] == dv) sub[m] = cells[i], ids[m++] = i;
+    if (m == 0) continue;
+    k = pairwise(sub, m, got);
+    for (int i = 0; i < k; i++) chosen[nchosen++] = ids[got[i]];
+  }
+  free(sub);
+  free(ids);
+  free(got);
   return nchosen;
 }
 
@@ -493,10 +587,13 @@ typedef struct {
   uint64_t seed;
   ncclUniqueId id;
   ncclComm_t comm[MAXN];
+  int dev[MAXN];   /* the device of each local rank */
   int kind[MAXN];  /* K_* of each local rank */
   int spare[MAXN]; /* window flags of its spare windows, -1: none */
-  int nslots, null_slot;
+  int nslots;
   cudaStream_t slot[2 * MAXN];
+  int slot_dev[2 * MAXN];   /* the device a slot's stream belongs to */
+  char slot_null[2 * MAXN]; /* the NULL stream (of slot_dev's device) */
   int slot_of[MAXN][2];
   void* mem[MAXN][MAXK][NA];
   ncclWindow_t win[MAXN][MAXK][NA];
@@ -625,6 +722,7 @@ static void prepare(run_t* R, int t) {
     int r = R->first + l, sb, rb;
     size_t so, ro;
     regions(R, r, &sb, &so, &rb, &ro);
+    CHECK(cecollSetDevice(R->dev[l])); /* copies after the rank's device's NULL stream */
     for (int k = 0; k < R->K; k++) {
       unsigned char* out;
       for (int a = 0; a < NA; a++)
@@ -661,6 +759,7 @@ static void prepare(run_t* R, int t) {
 /* Reads every allocation back: results, inputs, guards, spares. */
 static void verify(run_t* R, const char* when) {
   for (int l = 0; l < R->nlocal; l++) {
+    CHECK(cecollSetDevice(R->dev[l]));
     for (int k = 0; k < R->K; k++)
       for (int a = 0; a < NA; a++) {
         char what[160];
@@ -722,12 +821,38 @@ static void group_end(run_t* R, const char* where) {
   if (res != ncclSuccess) ev(R, 0, where, res, "ncclGroupEnd: %s", ncclGetLastError(NULL));
 }
 
-/* One thread per local rank (threads layout), each on device 0. */
+/* One thread per local rank (threads layout), each on its rank's device. */
 static void on_threads(run_t* R, t_rank_fn fn) {
   t_world tw;
   memset(&tw, 0, sizeof tw);
   tw.n = R->nlocal;
+  for (int l = 0; l < R->nlocal; l++) tw.dev[l] = R->dev[l];
   t_run_threads(&tw, fn, R);
+}
+
+/* The backend's device count, asked once. */
+static int device_count(void) {
+  static int count = -1;
+  if (count < 0) {
+    CHECK(cecollGetDeviceCount(&count));
+    REQUIRE(count > 0);
+  }
+  return count;
+}
+
+/* Device of global rank r in cell c: 0, or (dev) r modulo the device count,
+ * which is r wherever the cell runs (cell_skip). */
+static int device_of(const cell* c, int r) { return c->v[D_DEV] == V_DEVS ? r % device_count() : 0; }
+
+/* Why cell c cannot run with count devices (count < 0: ask), or NULL: a
+ * dev cell needs a device per rank (with fewer it would repeat devices, and
+ * so be another cell: its NULL streams, for one, would be shared). */
+static const char* cell_skip(const cell* c, int count, char* buf, size_t n) {
+  if (c->v[D_DEV] != V_DEVS) return NULL;
+  if (count < 0) count = device_count();
+  if (count >= c->v[D_RANKS]) return NULL;
+  snprintf(buf, n, "needs %d devices (one per rank), cecollGetDeviceCount gives %d", c->v[D_RANKS], count);
+  return buf;
 }
 
 /* ---- Setup ------------------------------------------------------------------------ */
@@ -775,27 +900,34 @@ static void run_setup(run_t* R, const cell* c, int first, int nlocal, int mode) 
   R->cb = R->count * R->esz;
   R->alloc = (GUARD_BEFORE + (size_t)R->n * R->cb + 64 + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
              NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
-  R->null_slot = -1;
+  for (int l = 0; l < nlocal; l++) R->dev[l] = device_of(c, first + l);
   buffer_kinds(R);
 }
 
+/* The streams: a slot per stream, on the device of its first rank. The
+ * NULL stream is one per device: one slot for a process's ranks on device
+ * 0, one per rank on devices of their own. */
 static void make_streams(run_t* R) {
-  int s = R->c.v[D_STREAM];
-  R->nslots = s == S_OWN ? R->nlocal : s == S_TWO ? 2 * R->nlocal : 1;
+  int s = R->c.v[D_STREAM], one = s == S_SHARED || (s == S_NULL && R->c.v[D_DEV] == V_DEV0);
+  R->nslots = s == S_TWO ? 2 * R->nlocal : one ? 1 : R->nlocal;
   for (int l = 0; l < R->nlocal; l++) {
-    R->slot_of[l][0] = s == S_OWN ? l : s == S_TWO ? 2 * l : 0;
-    R->slot_of[l][1] = s == S_OWN ? l : s == S_TWO ? 2 * l + 1 : 0;
+    R->slot_of[l][0] = s == S_TWO ? 2 * l : one ? 0 : l;
+    R->slot_of[l][1] = s == S_TWO ? 2 * l + 1 : one ? 0 : l;
+    R->slot_dev[R->slot_of[l][1]] = R->slot_dev[R->slot_of[l][0]] = R->dev[one ? 0 : l];
   }
-  if (s == S_NULL) {
-    R->slot[0] = NULL;
-    R->null_slot = 0;
-    return;
+  for (int i = 0; i < R->nslots; i++) {
+    if (s == S_NULL) {
+      R->slot[i] = NULL, R->slot_null[i] = 1;
+      continue;
+    }
+    CHECK(cecollSetDevice(R->slot_dev[i]));
+    CHECK(cecollStreamCreate(&R->slot[i]));
   }
-  for (int i = 0; i < R->nslots; i++) CHECK(cecollStreamCreate(&R->slot[i]));
 }
 
 static void alloc_buffers(run_t* R) {
-  for (int l = 0; l < R->nlocal; l++)
+  for (int l = 0; l < R->nlocal; l++) {
+    CHECK(cecollSetDevice(R->dev[l]));
     for (int k = 0; k < R->K; k++)
       for (int a = 0; a < NA; a++) {
         if (a >= A_SPARE_R && R->spare[l] < 0) continue;
@@ -803,6 +935,7 @@ static void alloc_buffers(run_t* R) {
         R->want[l][k][a] = (unsigned char*)malloc(R->alloc);
         REQUIRE(R->want[l][k][a] != NULL);
       }
+  }
   R->tmp = (unsigned char*)malloc((size_t)R->n * R->cb + 1);
   R->scratch = (unsigned char*)malloc(R->alloc);
   REQUIRE(R->tmp && R->scratch);
@@ -860,15 +993,17 @@ static void init_comms(run_t* R, int layout) {
   phase("%s: create the communicator", R->name);
   CHECK(cecollSetDevice(0));
   if (layout == L_GROUP) {
-    int devs[MAXN] = {0};
-    res = ncclCommInitAll(R->comm, R->n, devs);
+    res = ncclCommInitAll(R->comm, R->n, R->dev);
     if (res != ncclSuccess) ev(R, 0, "init", res, "ncclCommInitAll: %s", ncclGetLastError(NULL));
   } else if (layout == L_THREADS) {
     CHECK(ncclGetUniqueId(&R->id));
     on_threads(R, thr_init);
   } else {
     if (grouped(R)) CHECK(ncclGroupStart());
+    /* Each rank process on its rank's device; in a group, as NCCL's
+     * examples, the device set before each rank's init. */
     for (int l = 0; l < R->nlocal; l++) {
+      CHECK(cecollSetDevice(R->dev[l]));
       res = ncclCommInitRank(&R->comm[l], R->n, R->id, R->first + l);
       if (res != ncclSuccess) ev(R, l, "init", res, "ncclCommInitRank: %s", ncclGetLastError(NULL));
     }
@@ -880,9 +1015,10 @@ static void init_comms(run_t* R, int layout) {
 
 static void* sync_main(void* p) {
   run_t* R = (run_t*)p;
-  CHECK(cecollSetDevice(0));
   for (int s = 0; s < R->nslots; s++) {
-    ncclResult_t res = cecollStreamSynchronize(R->slot[s]);
+    ncclResult_t res;
+    CHECK(cecollSetDevice(R->slot_dev[s])); /* a NULL slot is its device's */
+    res = cecollStreamSynchronize(R->slot[s]);
     if (res != ncclSuccess && R->sync_res == ncclSuccess) {
       R->sync_res = res;
       snprintf(R->sync_text, sizeof R->sync_text, "stream %d: %s", s, ncclGetLastError(NULL));
@@ -982,19 +1118,25 @@ static int owner_of(const run_t* R, int s, int k) {
   return -1;
 }
 
+/* Capture and launch on a slot from its device (the NULL slot's stream is
+ * that device's). */
 static void begin_capture(run_t* R, int l, int s, int k) {
-  ncclResult_t res = cecollStreamBeginCapture(R->slot[s]);
+  ncclResult_t res;
+  CHECK(cecollSetDevice(R->slot_dev[s]));
+  res = cecollStreamBeginCapture(R->slot[s]);
   R->cap_ok[s][k] = res == ncclSuccess;
   if (res != ncclSuccess)
-    ev(R, l, "capture", res, "cecollStreamBeginCapture(%s) for call %d: %s", s == R->null_slot ? "NULL stream" : "stream",
+    ev(R, l, "capture", res, "cecollStreamBeginCapture(%s) for call %d: %s", R->slot_null[s] ? "NULL stream" : "stream",
        k, ncclGetLastError(NULL));
-  else if (s == R->null_slot)
+  else if (R->slot_null[s])
     R->ob[l].flags |= OB_NULL_CAPTURED;
 }
 
 static void end_capture(run_t* R, int l, int s, int k) {
   int quiet = atomic_load(&R->failed);
-  ncclResult_t res = cecollStreamEndCapture(R->slot[s], &R->graph[s][k]);
+  ncclResult_t res;
+  CHECK(cecollSetDevice(R->slot_dev[s]));
+  res = cecollStreamEndCapture(R->slot[s], &R->graph[s][k]);
   if (res != ncclSuccess) {
     R->graph[s][k] = NULL;
     /* After an error the capture is invalid anyway: only a first error counts. */
@@ -1043,6 +1185,7 @@ static void launch_all(run_t* R) {
     for (int i = 0; i < ns; i++) {
       ncclResult_t res;
       if (!R->graph[sl[i]][k]) continue;
+      CHECK(cecollSetDevice(R->slot_dev[sl[i]]));
       res = cecollGraphLaunch(R->graph[sl[i]][k], R->slot[sl[i]]);
       if (res != ncclSuccess) ev(R, owner_of(R, sl[i], k), "launch", res, "cecollGraphLaunch call %d: %s", k, ncclGetLastError(NULL));
     }
@@ -1062,13 +1205,18 @@ static void free_local(run_t* R) {
     for (int k = 0; k < MAXK; k++)
       if (R->graph[s][k]) (void)cecollGraphDestroy(R->graph[s][k]);
   for (int s = 0; s < R->nslots; s++)
-    if (s != R->null_slot && R->slot[s]) (void)cecollStreamDestroy(R->slot[s]);
-  for (int l = 0; l < R->nlocal; l++)
+    if (!R->slot_null[s] && R->slot[s]) {
+      CHECK(cecollSetDevice(R->slot_dev[s]));
+      (void)cecollStreamDestroy(R->slot[s]);
+    }
+  for (int l = 0; l < R->nlocal; l++) {
+    CHECK(cecollSetDevice(R->dev[l]));
     for (int k = 0; k < R->K; k++)
       for (int a = 0; a < NA; a++) {
         if (R->mem[l][k][a]) (void)ncclMemFree(R->mem[l][k][a]);
         free(R->want[l][k][a]);
       }
+  }
   free(R->tmp);
   free(R->scratch);
 }
@@ -1120,7 +1268,9 @@ static void teardown_abort(run_t* R) {
    * defect: on a GPU it is sticky for the whole context (and, under MPS,
    * for every client). */
   for (int s = 0; s < R->nslots; s++) {
-    ncclResult_t res = cecollStreamSynchronize(R->slot[s]);
+    ncclResult_t res;
+    CHECK(cecollSetDevice(R->slot_dev[s]));
+    res = cecollStreamSynchronize(R->slot[s]);
     if (res == ncclUnhandledCudaError) ev(R, 0, "fault", res, "cecollStreamSynchronize after ncclCommAbort: %s", ncclGetLastError(NULL));
   }
   free_local(R);
@@ -1175,8 +1325,8 @@ static void run_flow(run_t* R, int layout) {
 
 /* ---- Verdicts --------------------------------------------------------------------- */
 
-enum { V_PASS, V_ERROR_OK, V_FAIL, V_HANG };
-static const char* const verdict_names[] = {"PASS", "EXPECTED-ERROR-OK", "FAIL", "HANG"};
+enum { V_PASS, V_ERROR_OK, V_FAIL, V_HANG, V_SKIP, NVERDICT };
+static const char* const verdict_names[NVERDICT] = {"PASS", "EXPECTED-ERROR-OK", "FAIL", "HANG", "SKIP"};
 
 /* What the processes of a cell did, besides what their ranks saw. */
 typedef struct {
@@ -1298,7 +1448,7 @@ static int say_verdict(const char* name, int v, const char* detail) {
   printf("%s %s: %s\n", verdict_names[v], name, detail);
   fflush(stdout);
   mp_tell_parent("VERDICT %s %.440s", verdict_names[v], detail);
-  return v == V_PASS || v == V_ERROR_OK ? 0 : 1;
+  return v == V_PASS || v == V_ERROR_OK || v == V_SKIP ? 0 : 1;
 }
 
 static void set_watchdog(int seconds) {
@@ -1314,6 +1464,29 @@ static void print_backend(const char* name) {
   CHECK(cecollGetBackend(&backend));
   printf("%s: backend %s, pid %d\n", name, backend, (int)getpid());
   fflush(stdout);
+}
+
+/* The device count, from a child (--device-count), asked once; -1 where
+ * none came. The runner and a process layout's coordinator never start the
+ * device runtime themselves (it would, for one, set the environment that
+ * their children inherit). */
+static int child_device_count(void) {
+  static int n = -2;
+  if (n != -2) return n;
+  n = -1;
+  mp_child ch;
+  char* args[] = {"--device-count", NULL};
+  char line[128];
+  memset(&ch, 0, sizeof ch);
+  fflush(stdout);
+  fflush(stderr);
+  mp_spawn_opt so = {0, "/dev/null"}; /* its own line is for a caller at a terminal */
+  if (mp_spawn_ex(&ch, self_path, args, NULL, &so) != 0) return -1;
+  while (mp_recv_line(&ch, line, sizeof line, mp_now() + 60) > 0)
+    if (sscanf(line, "DEVICES %d", &n) == 1) break;
+  (void)mp_wait_all(&ch, 1, mp_now() + 30, "the device count");
+  mp_close(&ch, 1);
+  return n;
 }
 
 /* ---- Process layouts: the ranks' processes and their coordinator ------------------------ */
@@ -1434,6 +1607,11 @@ static int coordinator(char* const* names, int count) {
     cell_result* cr = (cell_result*)calloc(1, sizeof *cr);
     double deadline = mp_now() + opt.watchdog;
     REQUIRE(cr != NULL && cell_parse(name, &c) == 0);
+    if (cell_skip(&c, c.v[D_DEV] == V_DEVS ? child_device_count() : -1, detail, sizeof detail)) {
+      rc |= say_verdict(name, V_SKIP, detail);
+      free(cr);
+      continue;
+    }
     set_watchdog(opt.watchdog + 5); /* a backstop: its own deadline comes first */
     cr->n = n;
     phase("%s: coordinator: ncclGetUniqueId", name);
@@ -1533,6 +1711,7 @@ static int cell_main(const char* name) {
   layout = c.v[D_LAYOUT];
   set_watchdog(opt.watchdog);
   print_backend(name);
+  if (cell_skip(&c, -1, detail, sizeof detail)) return say_verdict(name, V_SKIP, detail);
   R = (run_t*)calloc(1, sizeof *R);
   cr = (cell_result*)calloc(1, sizeof *cr);
   REQUIRE(R && cr);
@@ -1684,7 +1863,7 @@ static int job_verdict(job* j, char* detail, size_t dn) {
   const int st = j->ch.status;
   char extra[300];
   if (j->verdict[0] && !j->killed) {
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < NVERDICT; v++) {
       size_t k = strlen(verdict_names[v]);
       if (strncmp(j->verdict, verdict_names[v], k) == 0 && (j->verdict[k] == ' ' || !j->verdict[k])) {
         snprintf(detail, dn, "%s", j->verdict[k] ? j->verdict + k + 1 : "");
@@ -1713,7 +1892,7 @@ static int job_verdict(job* j, char* detail, size_t dn) {
 
 /* Prints and counts the verdict of j's current cell; moves to the next. */
 static void report(job* j, int v, const char* detail, int* tally, char** bad_names, int* nbad) {
-  const int ok = v == V_PASS || v == V_ERROR_OK;
+  const int ok = v == V_PASS || v == V_ERROR_OK || v == V_SKIP;
   tally[v]++;
   printf("%-17s %-52s %6.1fs  %s%s%s\n", verdict_names[v], j->name, mp_now() - j->t0, detail, ok ? "" : "  log: ",
          ok ? "" : j->log);
@@ -1734,7 +1913,7 @@ static int run_cells(const cell* cells, const int* list, int count) {
   job* jobs = (job*)calloc((size_t)opt.jobs, sizeof *jobs);
   int* busy = (int*)calloc((size_t)opt.jobs, sizeof *busy);
   char* taken = (char*)calloc((size_t)count + 1, 1);
-  int left = count, running = 0, tally[4] = {0};
+  int left = count, running = 0, tally[NVERDICT] = {0};
   char** bad_names = (char**)calloc((size_t)count + 1, sizeof *bad_names);
   int nbad = 0;
   double t_start = mp_now();
@@ -1746,6 +1925,20 @@ static int run_cells(const cell* cells, const int* list, int count) {
          count, opt.jobs, opt.batch, opt.watchdog, opt.calls, opt.rounds, opt.count, be ? be : "(unset)",
          getenv("CECOLL_HOST_CHAOS") ? ", CECOLL_HOST_CHAOS=" : "",
          getenv("CECOLL_HOST_CHAOS") ? getenv("CECOLL_HOST_CHAOS") : "", opt.logdir);
+  fflush(stdout);
+  /* dev cells beyond the device count are skipped here, without a process
+   * (on one GPU they would only start processes to say so); the count is
+   * asked only when the list holds a dev cell (where no count comes, each
+   * cell process judges alone, as with --cell). */
+  for (int i = 0; i < count; i++) {
+    char name[96], why[160];
+    if (cells[list[i]].v[D_DEV] != V_DEVS || child_device_count() < 0) continue;
+    if (!cell_skip(&cells[list[i]], child_device_count(), why, sizeof why)) continue;
+    cell_name(&cells[list[i]], name, sizeof name);
+    printf("%-17s %-52s %6.1fs  %s\n", verdict_names[V_SKIP], name, 0.0, why);
+    tally[V_SKIP]++;
+    taken[i] = 1, left--;
+  }
   fflush(stdout);
   while (left > 0 || running > 0) {
     struct pollfd pf[64];
@@ -1812,8 +2005,12 @@ static int run_cells(const cell* cells, const int* list, int count) {
       busy[s] = 0, running--;
     }
   }
-  printf("\nmatrix summary: %d cells in %.1f s: %d PASS, %d EXPECTED-ERROR-OK, %d FAIL, %d HANG\n", count,
+  printf("\nmatrix summary: %d cells in %.1f s: %d PASS, %d EXPECTED-ERROR-OK, %d FAIL, %d HANG", count,
          mp_now() - t_start, tally[V_PASS], tally[V_ERROR_OK], tally[V_FAIL], tally[V_HANG]);
+  /* Only where some were (dev cells beyond the device count): the line is
+   * otherwise what it was before SKIP existed. */
+  if (tally[V_SKIP]) printf(", %d SKIP (too few devices)", tally[V_SKIP]);
+  printf("\n");
   if (nbad) {
     printf("unexpected outcomes (%d):\n", nbad);
     for (int i = 0; i < nbad; i++) printf("  %s\n", bad_names[i]);
@@ -1850,7 +2047,7 @@ static int select_cells(const char* what, const cell* cells, int ncells, int* li
     if (strcmp(tok, "all") == 0) {
       for (int k = 0; k < ncells; k++) tmp[nt++] = k;
     } else if (strcmp(tok, "pairwise") == 0) {
-      nt = pairwise(cells, ncells, tmp);
+      nt = pairwise_by_device(cells, ncells, tmp);
     } else if (!*end) {
       if (id < 0 || id >= ncells) {
         fprintf(stderr, "no cell %ld (0..%d with -r as given)\n", id, ncells - 1);
@@ -1909,13 +2106,16 @@ int main(int argc, char** argv) {
                                         {"rules", no_argument, NULL, 'U'},
                                         {"shard", required_argument, NULL, 'S'},
                                         {"ops", required_argument, NULL, 'O'},
+                                        {"devices", required_argument, NULL, 'D'},
+                                        {"device-count", no_argument, NULL, 'N'},
                                         {NULL, 0, NULL, 0}};
   const char *list = NULL, *run = NULL, *v;
   char* one = NULL;
-  int rules_only = 0, rank = 0, o;
+  int rules_only = 0, rank = 0, devcount_only = 0, o;
   self_path = argv[0];
   set_ranks("2,3,4");
   opt.ops = (1u << NC) - 1;
+  opt.devs = (1u << NV) - 1;
   opt.calls = 2;
   opt.rounds = 2;
   opt.count = 1001;
@@ -1931,6 +2131,8 @@ int main(int argc, char** argv) {
       case 'U': rules_only = 1; break;
       case 'r': set_ranks(optarg); break;
       case 'O': set_ops(optarg); break;
+      case 'D': set_devs(optarg); break;
+      case 'N': devcount_only = 1; break;
       case 'k': opt.calls = atoi(optarg); break;
       case 'g': opt.rounds = atoi(optarg); break;
       case 'c': opt.count = strtoull(optarg, NULL, 10); break;
@@ -1957,6 +2159,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (rank) return rank_main();
+  if (devcount_only) {
+    printf("%d devices (%s)\n", device_count(), getenv("CECOLL_BACKEND") ? getenv("CECOLL_BACKEND") : "default backend");
+    mp_tell_parent("DEVICES %d", device_count());
+    return 0;
+  }
   if (one) {
     cell c;
     char first[128];

@@ -23,10 +23,15 @@
 # the last two with a reduced set. test_fork (a child forked after the
 # library loaded is refused) runs in the default row only.
 # The correctness matrix (matrix.c, built with common.c and mp_common.c):
-# every cell on the host device, plain and with a 4 KiB staging window
-# (the plain row only with --fast), under CECOLL_HOST_CHAOS=1,2,3 every
-# cell of the four collectives and the pairwise subset of sendrecv and
-# broadcast (all of them: make test-matrix), 16 cells per process, and the pairwise subset
+# every cell with every rank on device 0 (dev0) on the host device, plain
+# and with a 4 KiB staging window (the plain row only with --fast), under
+# CECOLL_HOST_CHAOS=1,2,3 every such cell of the four collectives and the
+# pairwise subset of sendrecv and broadcast (all of them: make
+# test-matrix), 16 cells per process; the pairwise subset of the cells
+# with a device per rank (dev, rank r on the host's device r) plain (also
+# with --fast), with a 4 KiB staging window and under each chaos seed,
+# and every dev cell of 3 ranks plain (every dev cell: make
+# test-matrix); and the pairwise subset of both
 # with a process per cell; a 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
@@ -328,14 +333,17 @@ if [ "$mode" = all ]; then
 fi
 
 # ---- The correctness matrix -------------------------------------------------------
-# run_matrix ROW SELECTION BATCH ENV...: the cells (all, or the pairwise
-# subset; SELECTION@OPS: of the collectives OPS only), BATCH per process;
-# one line per cell in the row's log, the cells' own logs (unexpected
-# outcomes only) beside it.
+# run_matrix ROW SELECTION BATCH ENV... [-- MATRIX-ARGS...]: the cells (all,
+# or the pairwise subset; SELECTION@OPS: of the collectives OPS only), BATCH
+# per process; one line per cell in the row's log, the cells' own logs
+# (unexpected outcomes only) beside it. MATRIX-ARGS: e.g. --devices dev0.
 run_matrix() {
-  local row=$1 sel=${2%@*} batch=$3 ops=()
-  [ "$2" != "$sel" ] && ops=(--ops "${2#*@}")
+  local row=$1 sel=${2%@*} batch=$3 args=() envs=()
+  [ "$2" != "$sel" ] && args=(--ops "${2#*@}")
   shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  args+=("$@")
   local log="$out/logs/matrix.$row.log" start end rc last
   mkdir -p "$out/logs"
   if [ ! -x "$out/matrix" ]; then
@@ -344,7 +352,7 @@ run_matrix() {
   fi
   rm -rf "$out/logs/matrix-$row"
   start=$(date +%s)
-  env CECOLL_BACKEND=host "$@" timeout -k 10 "$TIMEOUT" "$out/matrix" --run "$sel" "${ops[@]}" -j 4 -b "$batch" -t 10 \
+  env CECOLL_BACKEND=host "${envs[@]}" timeout -k 10 "$TIMEOUT" "$out/matrix" --run "$sel" "${args[@]}" -j 4 -b "$batch" -t 10 \
     -o "$out/logs/matrix-$row" >"$log" 2>&1
   rc=$?
   end=$(date +%s)
@@ -354,25 +362,34 @@ run_matrix() {
   else
     [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && last="TIMED OUT after ${TIMEOUT}s; $last"
     record "$row matrix" FAIL "rc=$rc $((end - start))s  ${last#matrix summary: }  (log: $log)"
-    echo "---- $row matrix failed (rc=$rc); unexpected cells:"
-    grep -E '^(FAIL|HANG) ' "$log" | cut -c1-240
+    echo "---- $row matrix failed (rc=$rc); unexpected cells (the first 20):"
+    grep -E '^(FAIL|HANG) ' "$log" | head -20 | cut -c1-240
   fi
 }
-# The whole matrix, 16 cells per process (communicator after communicator,
-# as a long-running program makes them), plain and with a 4 KiB staging
-# window; under each chaos seed the whole of the four collectives and the
-# pairwise subset of sendrecv and broadcast (their whole under chaos: make
-# test-matrix);
-# the pairwise subset with a process per cell.
-run_matrix default all 16
+# The whole matrix with every rank on device 0 (dev0), 16 cells per process
+# (communicator after communicator, as a long-running program makes them),
+# plain and with a 4 KiB staging window; under each chaos seed the whole of
+# the four collectives and the pairwise subset of sendrecv and broadcast
+# (their whole under chaos: make test-matrix). The cells with a device per
+# rank (dev: copies into a peer device's memory, flags written into it, no
+# one-device pairs): their pairwise subset plain, with a 4 KiB staging
+# window and under each chaos seed, and every dev cell of 3 ranks (a third
+# of them, about 12 s on 2 cores; every dev cell: make test-matrix).
+# The pairwise subset of both with a process per cell.
+run_matrix default all 16 -- --devices dev0
+run_matrix "devices=each" pairwise 16 -- --devices dev
 if [ "$mode" = all ]; then
   run_matrix "pairwise,isolated" pairwise 1
+  run_matrix "devices=each,n3" all 16 -- --devices dev -r 3
   # A 4 KiB staging window: every staged call takes many rounds, so a rank
   # on the staged path plans other steps than one on a window's.
-  run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096
+  run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096 -- --devices dev0
+  run_matrix "devices=each,staging=4K" pairwise 16 CECOLL_STAGING_BYTES=4096 -- --devices dev
   for seed in 1 2 3; do
-    run_matrix "chaos=$seed" all@allgather,alltoall,scatter,gather 16 CECOLL_HOST_CHAOS=$seed
-    run_matrix "chaos=$seed,pairwise" pairwise@sendrecv,broadcast 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
+    run_matrix "chaos=$seed" all@allgather,alltoall,scatter,gather 16 CECOLL_HOST_CHAOS=$seed -- --devices dev0
+    run_matrix "chaos=$seed,pairwise" pairwise@sendrecv,broadcast 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096 \
+      -- --devices dev0
+    run_matrix "devices=each,chaos=$seed" pairwise 16 CECOLL_HOST_CHAOS=$seed -- --devices dev
   done
 fi
 
