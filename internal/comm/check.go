@@ -33,10 +33,30 @@ import (
 // collective are released. A rank that runs more than the ring ahead of a
 // watcher overwrites slots it has not read: the watcher says so (WARN,
 // how many collectives went unchecked) rather than skipping them quietly.
+//
+// Sends and receives: the k-th send from a to b must match b's k-th
+// receive from a in size (NCCL's contract; otherwise the pair's pieces
+// and signals disagree: a hang, or a later receive taking the rest of
+// the send). Each rank posts every transfer it issues, by its number
+// (sendSeq, recvSeq), into the board's slot of the pair: a sender its
+// bytes in the send half, a receiver in the receive half, both in the
+// receiver's row, so the receiver's watcher compares them once both are
+// posted, as it compares collectives, and the sender hears a mismatch
+// through the abort. Under CHECK an empty transfer is posted too (one
+// issued nowhere else), so an empty send meeting a receive of bytes is
+// reported rather than shifting every later pair. Beyond p2pRanks ranks
+// only collectives are checked (a WARN at init says so).
 
 const (
 	checkRing = 1024
 	slotBytes = 64
+	// p2pRing transfers per ordered pair of ranks, in slots of
+	// p2pSlotBytes after the collectives' slots, on a communicator of at
+	// most p2pRanks ranks (the pairs' slots grow as the square of the
+	// ranks: 4 GiB of sparse memory at the most).
+	p2pRing      = 128
+	p2pSlotBytes = 32
+	p2pRanks     = 1024
 	// boardTag is the fd socket key of the board: never an allocation base.
 	boardTag hip.DevicePtr = 1
 )
@@ -77,11 +97,54 @@ func (s *slot) post(seq uint64, v sig) {
 var _ [slotBytes - int(unsafe.Sizeof(slot{}))]byte
 var _ [int(unsafe.Sizeof(slot{})) - slotBytes]byte
 
+// p2pHalf is one side's post of a transfer: seq is 0 while its writer
+// fills bytes (a seqlock, as slot).
+type p2pHalf struct {
+	seq   atomic.Uint64
+	bytes atomic.Uint64
+}
+
+// p2pSlot is the k-th transfer from one rank to another: the sender's
+// post and the receiver's.
+type p2pSlot struct {
+	send, recv p2pHalf
+}
+
+var _ [p2pSlotBytes - int(unsafe.Sizeof(p2pSlot{}))]byte
+var _ [int(unsafe.Sizeof(p2pSlot{})) - p2pSlotBytes]byte
+
+func (h *p2pHalf) post(seq uint64, bytes uintptr) {
+	h.seq.Store(0)
+	h.bytes.Store(uint64(bytes))
+	h.seq.Store(seq)
+}
+
+// Results of p2pHalf.read.
+const (
+	halfNotYet = iota // not posted yet, or being written
+	halfRead
+	halfLost // overwritten by a later transfer of the pair
+)
+
+func (h *p2pHalf) read(seq uint64) (uint64, int) {
+	s := h.seq.Load()
+	b := h.bytes.Load()
+	switch {
+	case s == seq && h.seq.Load() == seq:
+		return b, halfRead
+	case s > seq:
+		return 0, halfLost
+	}
+	return 0, halfNotYet
+}
+
 type checkBoard struct {
 	mem   []byte
 	n     int
 	next  uint64 // sequences posted by this rank (launch order)
 	lostN uint64 // collectives the watcher could not compare (lost)
+	lostP uint64 // transfers the watcher could not compare
+	p2p   bool   // the board has the transfers' slots (n <= p2pRanks)
 
 	mu     sync.RWMutex // the watcher reads under R; unmap takes W
 	closed bool
@@ -92,6 +155,13 @@ func checkEnabled() bool { return param.Check.Get() }
 func (b *checkBoard) at(rank int, seq uint64) *slot {
 	i := (uint64(rank)*checkRing + seq%checkRing) * slotBytes
 	return (*slot)(unsafe.Pointer(&b.mem[i]))
+}
+
+// p2pAt is the slot of the seq-th transfer from rank from to rank to.
+func (b *checkBoard) p2pAt(from, to int, seq uint64) *p2pSlot {
+	n := uint64(b.n)
+	i := uint64(n)*checkRing*slotBytes + ((uint64(to)*n+uint64(from))*p2pRing+seq%p2pRing)*p2pSlotBytes
+	return (*p2pSlot)(unsafe.Pointer(&b.mem[i]))
 }
 
 // checkStart is rank 0's part of CECOLL_CHECK before the init exchange:
@@ -111,7 +181,13 @@ func (c *Comm) checkStart() error {
 }
 
 // boardBytes is the size of the board of n ranks.
-func boardBytes(n int) int64 { return int64(n) * checkRing * slotBytes }
+func boardBytes(n int) int64 {
+	b := int64(n) * checkRing * slotBytes
+	if n <= p2pRanks {
+		b += int64(n) * int64(n) * p2pRing * p2pSlotBytes
+	}
+	return b
+}
 
 // mapBoard maps the board; fd comes from rank 0's process, so it must be a
 // memfd sealed at no less than the board's size.
@@ -123,7 +199,7 @@ func mapBoard(fd, n int) (*checkBoard, error) {
 	if err != nil {
 		return nil, result.Errorf(result.SystemError, "CECOLL_CHECK: map board: %w", err)
 	}
-	return &checkBoard{mem: m, n: n}, nil
+	return &checkBoard{mem: m, n: n, p2p: n <= p2pRanks}, nil
 }
 
 // checkJoin, after the init exchange: every rank maps rank 0's board and
@@ -149,6 +225,9 @@ func (c *Comm) checkJoin() error {
 		return err
 	}
 	c.node.board = board
+	if !board.p2p && c.rank == 0 {
+		log.Warnf("CECOLL_CHECK: %d ranks: sends and receives are not checked above %d ranks, only collectives", c.size, p2pRanks)
+	}
 	go c.checkWatch(board, c.node.stopWatch)
 	return nil
 }
@@ -173,6 +252,24 @@ func (c *Comm) checkPost(a *ce.Args) {
 		}
 	}
 	bd.at(c.rank, bd.next).post(bd.next, v)
+}
+
+// checksP2P reports whether c posts its transfers (CECOLL_CHECK).
+func (c *Comm) checksP2P() bool { return c.node != nil && c.node.board != nil && c.node.board.p2p }
+
+// checkPostP2P posts transfer t, the seq-th of its direction with its
+// peer, for the receiver's watcher. Allocation-free; nothing without
+// CECOLL_CHECK.
+func (c *Comm) checkPostP2P(t *ce.Transfer, seq uint64) {
+	if !c.checksP2P() {
+		return
+	}
+	b := c.node.board
+	if t.Recv {
+		b.p2pAt(t.Peer, c.rank, seq).recv.post(seq, t.Bytes)
+	} else {
+		b.p2pAt(c.rank, t.Peer, seq).send.post(seq, t.Bytes)
+	}
 }
 
 // symmetricPointer is the buffer of a whose window decides the path on
@@ -307,6 +404,10 @@ func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
 	next := uint64(1)
+	nextP := make([]uint64, b.n) // by peer: the next receive from it to compare
+	for q := range nextP {
+		nextP[q] = 1
+	}
 	for {
 		select {
 		case <-stop:
@@ -319,6 +420,9 @@ func (c *Comm) checkWatch(b *checkBoard, stop <-chan struct{}) {
 			return
 		}
 		err := c.checkScan(b, &next)
+		if err == nil && b.p2p {
+			err = c.checkScanP2P(b, nextP)
+		}
 		b.mu.RUnlock()
 		if err != nil {
 			// Peers learn it through the bootstrap too (before any
@@ -365,6 +469,39 @@ func (c *Comm) checkScan(b *checkBoard, next *uint64) error {
 		}
 		*next++
 	}
+}
+
+// checkScanP2P compares, peer by peer, every receive of this rank with
+// its send, as far as both are posted.
+func (c *Comm) checkScanP2P(b *checkBoard, next []uint64) error {
+	for q := range b.n {
+		for {
+			seq := next[q]
+			s := b.p2pAt(q, c.rank, seq)
+			mine, st := s.recv.read(seq)
+			var theirs uint64
+			if st == halfRead {
+				theirs, st = s.send.read(seq)
+			}
+			if st == halfNotYet {
+				break
+			}
+			next[q]++
+			if st == halfLost {
+				b.lostP++
+				if b.lostP%1000 == 1 {
+					log.Warnf("rank %d: CECOLL_CHECK lost track of receive #%d from rank %d (%d so far): more than %d transfers of the pair ahead of this rank's check; they were not compared", c.rank, seq, q, b.lostP, p2pRing)
+				}
+				continue
+			}
+			if mine != theirs {
+				return result.Errorf(result.InvalidUsage,
+					"CECOLL_CHECK: rank %d's receive #%d from rank %d is %d bytes, rank %d's send #%d to rank %d is %d bytes (NCCL's contract: the k-th ncclSend from a to b and b's k-th ncclRecv from a agree on count and datatype)",
+					c.rank, seq, q, mine, q, seq, c.rank, theirs)
+			}
+		}
+	}
+	return nil
 }
 
 // lost reports (WARN, at most every thousandth time) a collective that a

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -41,6 +42,30 @@ func TestCheckLostTrack(t *testing.T) {
 	err := c.checkScan(b, &next)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "differs between ranks")
+}
+
+// TestCheckP2PLostTrack: as TestCheckLostTrack for transfers: a pair more
+// than the ring ahead of the receiver's watcher has overwritten slots; the
+// watcher counts them as lost and compares the rest, reporting a real
+// mismatch by its number.
+func TestCheckP2PLostTrack(t *testing.T) {
+	b := &checkBoard{mem: make([]byte, boardBytes(2)), n: 2, p2p: true}
+	c := &Comm{rank: 1}
+	const ahead = p2pRing + 10
+	for seq := uint64(1); seq <= ahead; seq++ {
+		b.p2pAt(0, 1, seq).send.post(seq, 100)
+		b.p2pAt(0, 1, seq).recv.post(seq, 100)
+	}
+	next := []uint64{1, 1}
+	require.NoError(t, c.checkScanP2P(b, next))
+	require.Equal(t, uint64(ahead+1), next[0], "every transfer passed")
+	require.Equal(t, uint64(10), b.lostP, "the overwritten ones counted as lost")
+	b.p2pAt(0, 1, ahead+1).recv.post(ahead+1, 100)
+	require.NoError(t, c.checkScanP2P(b, next), "its send is not posted yet")
+	b.p2pAt(0, 1, ahead+1).send.post(ahead+1, 99)
+	err := c.checkScanP2P(b, next)
+	requireCode(t, result.InvalidUsage, err)
+	require.Contains(t, err.Error(), fmt.Sprintf("rank 1's receive #%d from rank 0 is 100 bytes, rank 0's send #%d to rank 1 is 99 bytes", ahead+1, ahead+1))
 }
 
 // CECOLL_CHECK compares only what NCCL's contract makes every rank agree
@@ -153,5 +178,209 @@ func TestCheckRootedInPlace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CECOLL_CHECK=1 compares every receive with its send (the k-th from a to
+// b, by number, empty ones included): sizes that differ (a receive
+// shorter than its send, which would leave the rest of the send to a
+// later receive, one longer, which would wait for bytes that never come,
+// an empty send meeting a receive of bytes) become an asynchronous
+// ncclInvalidUsage on both ranks naming the pair, the direction, the
+// number and both sizes, and the failure releases the streams; matching
+// transfers report nothing and arrive whole. Ranks on their own threads,
+// alone or each in its group (staged, several pieces each).
+func TestCheckP2P(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	t.Setenv("CECOLL_CHECK", "1")
+	smallStaging(t, 8<<10) // 2 KiB pieces between 2 ranks
+	for _, tc := range []struct {
+		name         string
+		sends, recvs []uintptr // rank 0's to rank 1, rank 1's from rank 0
+		grouped      bool
+		want         []string // the error's parts; none: the sizes match
+	}{
+		{"match", []uintptr{4096, 0, 20000, 5}, []uintptr{4096, 0, 20000, 5}, false, nil},
+		{"match-grouped", []uintptr{20000, 0, 4096}, []uintptr{20000, 0, 4096}, true, nil},
+		{"receive-shorter", []uintptr{4096, 20000, 4096}, []uintptr{4096, 6000, 4096}, false,
+			[]string{"rank 1's receive #2 from rank 0 is 6000 bytes", "rank 0's send #2 to rank 1 is 20000 bytes"}},
+		{"receive-longer", []uintptr{20000}, []uintptr{30000}, false,
+			[]string{"rank 1's receive #1 from rank 0 is 30000 bytes", "rank 0's send #1 to rank 1 is 20000 bytes"}},
+		{"empty-send", []uintptr{0, 4096}, []uintptr{4096, 4096}, false,
+			[]string{"rank 1's receive #1 from rank 0 is 4096 bytes", "rank 0's send #1 to rank 1 is 0 bytes"}},
+		{"receive-shorter-grouped", []uintptr{8192, 20000}, []uintptr{8192, 2000}, true,
+			[]string{"rank 1's receive #2 from rank 0 is 2000 bytes", "rank 0's send #2 to rank 1 is 20000 bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newRT(t, 2)
+			comms, errs := initThreads(t, rt, []int{0, 1})
+			require.NoError(t, firstError(errs))
+			defer destroyAll(t, comms)
+			streams := make([]hip.Stream, 2)
+			bufs := make([][]hip.DevicePtr, 2)
+			data := func(k int, n uintptr) []byte {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = byte(k*31 + i*7 + 1)
+				}
+				return b
+			}
+			errs = onRanks(comms, func(c *Comm) error {
+				r := c.Rank()
+				if err := rt.SetDevice(c.Device()); err != nil {
+					return err
+				}
+				var err error
+				if streams[r], err = rt.StreamCreate(); err != nil {
+					return err
+				}
+				fn, sizes := FuncSend, tc.sends
+				if r == 1 {
+					fn, sizes = FuncRecv, tc.recvs
+				}
+				if tc.grouped {
+					if err := GroupStart(); err != nil {
+						return err
+					}
+				}
+				for k, n := range sizes {
+					p, err := MemAlloc(rt, max(n, 1))
+					if err != nil {
+						return err
+					}
+					bufs[r] = append(bufs[r], p)
+					if fn == FuncSend {
+						if err := hip.CopyToDevice(rt, p, data(k, n)); err != nil {
+							return err
+						}
+					}
+					if err := c.P2P(fn, p, n, 0, 1-r, streams[r]); err != nil {
+						return err
+					}
+				}
+				if tc.grouped {
+					return GroupEnd()
+				}
+				return nil
+			})
+			require.NoError(t, firstError(errs))
+			sync := func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				for r := range 2 {
+					require.NoError(t, rt.SetDevice(comms[r].Device()))
+					_ = rt.StreamSynchronize(streams[r]) // returns: the failure released its waits
+				}
+			}
+			if tc.want == nil {
+				sync()
+				time.Sleep(50 * time.Millisecond) // the watcher scans every 2 ms
+				for _, c := range comms {
+					require.NoError(t, c.AsyncError(), "rank %d", c.Rank())
+				}
+				for k, n := range tc.recvs {
+					got := make([]byte, n)
+					require.NoError(t, hip.CopyFromDevice(rt, got, bufs[1][k]))
+					require.Equal(t, data(k, n), got, "receive #%d", k+1)
+				}
+				return
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for comms[1].AsyncError() == nil && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			for _, c := range comms {
+				err := c.AsyncError()
+				requireCode(t, result.InvalidUsage, err)
+				for _, w := range tc.want {
+					require.Contains(t, err.Error(), w, "rank %d", c.Rank())
+				}
+			}
+			sync()
+			// Every later call fails with the cause.
+			err := comms[0].P2P(FuncSend, bufs[0][0], 4, 0, 1, streams[0])
+			requireCode(t, result.InvalidUsage, err)
+			require.Contains(t, err.Error(), tc.want[0])
+		})
+	}
+}
+
+// An ungrouped send allocates nothing, a transfer of bytes or an empty
+// one, with CECOLL_CHECK=1 (posting it on the board) and without.
+func TestCheckP2PAllocs(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
+	defer func() { newEngine = old }()
+	for _, check := range []bool{false, true} {
+		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
+			if check {
+				t.Setenv("CECOLL_CHECK", "1")
+			}
+			rt := newRT(t, 1)
+			comms, errs := initThreads(t, rt, []int{0, 0})
+			require.NoError(t, firstError(errs))
+			defer destroyAll(t, comms)
+			require.Equal(t, check, comms[0].checksP2P())
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			send := func() {
+				for _, n := range []uintptr{4, 0} {
+					if err := comms[0].P2P(FuncSend, 0x1000, n, 7, 1, 0x1234); err != nil {
+						panic(err)
+					}
+				}
+			}
+			send()
+			require.Zero(t, testing.AllocsPerRun(100, send))
+		})
+	}
+}
+
+// CECOLL_CHECK=1 numbers ncclAllToAllv's empty pairs as P2P does: rank 0
+// sends rank 1 nothing while rank 1 expects 4 elements from it, which
+// without the check hangs rank 1's receive; both ranks get the pair by
+// name, and the failure releases the streams.
+func TestCheckAlltoAllv(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	t.Setenv("CECOLL_CHECK", "1")
+	rt := newRT(t, 2)
+	comms, errs := initThreads(t, rt, []int{0, 0})
+	require.NoError(t, firstError(errs))
+	defer destroyAll(t, comms)
+	streams := make([]hip.Stream, 2)
+	errs = onRanks(comms, func(c *Comm) error {
+		r := c.Rank()
+		if err := rt.SetDevice(c.Device()); err != nil {
+			return err
+		}
+		var err error
+		if streams[r], err = rt.StreamCreate(); err != nil {
+			return err
+		}
+		buf, err := MemAlloc(rt, 64)
+		if err != nil {
+			return err
+		}
+		sc := []uintptr{4, 4} // int32 elements to rank 0, rank 1
+		if r == 0 {
+			sc[1] = 0 // rank 1 expects 4
+		}
+		return c.AlltoAllv(buf, sc, []uintptr{0, 4}, buf+32, []uintptr{4, 4}, []uintptr{0, 4}, 2, streams[r])
+	})
+	require.NoError(t, firstError(errs))
+	deadline := time.Now().Add(5 * time.Second)
+	for comms[1].AsyncError() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for _, c := range comms {
+		err := c.AsyncError()
+		requireCode(t, result.InvalidUsage, err)
+		require.Contains(t, err.Error(), "rank 1's receive #1 from rank 0 is 16 bytes, rank 0's send #1 to rank 1 is 0 bytes", "rank %d", c.Rank())
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for r := range 2 {
+		_ = rt.StreamSynchronize(streams[r]) // returns: the failure released its waits
 	}
 }

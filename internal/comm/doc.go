@@ -15,8 +15,8 @@
 // the id. Windows cross processes through internal/peermem. A peer's death
 // or a stalled collective (CECOLL_TIMEOUT) becomes an asynchronous
 // ncclRemoteError and aborts the engine; CECOLL_CHECK=1 cross-checks every
-// collective's signature on a shared board. docs/security.md is the threat
-// model of what peers send.
+// collective's signature, and every receive's size against its send's, on
+// a shared board. docs/security.md is the threat model of what peers send.
 //
 // It implements ce.Comm and ce.Window for the engine and decides when the
 // engine runs; it never moves data itself. export/ calls it, one function per

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/result"
 )
 
 // Sends and receives between processes (staged) and, where a process
@@ -208,4 +209,152 @@ func mpP2P(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 		require.True(t, bytes.Equal(mpData(r.x, r.k), b), "receive %d of rank %d from rank %d (%d B)", r.k, r.x.to, r.x.from, r.x.bytes)
 	}
 	fmt.Printf("MP p2p %d receives checked\n", len(checks))
+}
+
+// A rank killed in the middle of a large staged transfer with the
+// survivor (65 pieces of a 16 KiB staging window), either way: the
+// survivor's communicator fails with the peer's death (ncclRemoteError)
+// within seconds, its stream drains after Abort, and nothing is left
+// behind. The victim is rank 1; ranks 0 (the survivor) and 2 (a gate
+// that holds the transfer at a known piece, mpKillMidTransfer) share a
+// process.
+func TestMPKilledMidTransfer(t *testing.T) {
+	for _, dir := range []string{"recv", "send"} { // the survivor's side of the transfer
+		t.Run(dir, func(t *testing.T) {
+			watchdog(t, 40*time.Second)
+			before := shmFiles(t)
+			id, err := NewID()
+			require.NoError(t, err)
+			env := "CECOLL_STAGING_BYTES=16K"
+			cs := []*child{
+				startChild(t, id, 3, "0,2", "midsurvivor-"+dir, env),
+				startChild(t, id, 3, "1", "midvictim-"+dir, env),
+			}
+			receiver := cs[0] // of the large transfer: it says when it is held
+			if dir == "send" {
+				receiver = cs[1]
+			}
+			receiver.expectLine(t, "mid-transfer", 20*time.Second)
+			require.NoError(t, cs[1].cmd.Process.Kill())
+			require.Error(t, cs[1].wait(t, 10*time.Second))
+			requireChildOK(t, cs[:1], 20*time.Second)
+			require.Contains(t, cs[0].output(), "MP remote-error")
+			requireNoLeftovers(t, before, cs)
+		})
+	}
+}
+
+// mpKillMidTransfer: the survivor (rank 0) and the victim (rank 1) move
+// one large transfer, rank 1 to rank 0 (survivorRecvs) or rank 0 to rank
+// 1, held at a known piece by the gate (rank 2): the survivor's group
+// also has two short transfers with the gate, the way the large one goes
+// (from the gate when the survivor receives, to it when it sends), of
+// which the gate issues only the first. A batch moves piece r of each of
+// its channels in round r, a round's receives (sends) in order behind the
+// data (credit) of every peer in it, so the survivor's large transfer
+// stops at the round of the gate's second transfer, and the victim's a
+// piece or two past it. Its receiver checks that its head landed and its
+// tail did not, then the parent kills the victim; both ranks of the
+// survivor's process must see its death.
+func mpKillMidTransfer(t *testing.T, rt hip.Runtime, comms []*Comm, victim, survivorRecvs bool) {
+	const big, short = 64<<12 + 100, 8 << 12 // 4 KiB pieces
+	type side struct {
+		c         *Comm
+		s         hip.Stream
+		buf, gbuf hip.DevicePtr // the large transfer's, the gate's two
+	}
+	var ss []*side
+	for _, c := range comms {
+		require.NoError(t, rt.SetDevice(c.Device()))
+		x := &side{c: c}
+		var err error
+		x.s, err = rt.StreamCreate()
+		require.NoError(t, err)
+		x.buf, err = MemAlloc(rt, big)
+		require.NoError(t, err)
+		require.NoError(t, rt.Memset(x.buf, 0xee, big))
+		x.gbuf, err = MemAlloc(rt, 2*short)
+		require.NoError(t, err)
+		ss = append(ss, x)
+	}
+	me := ss[0]
+	xf := mpXfer{0, 1, big}
+	if survivorRecvs {
+		xf = mpXfer{1, 0, big}
+	}
+	data := mpData(xf, 0)
+	bigRecv := me.c.Rank() == xf.to
+	if !bigRecv {
+		require.NoError(t, hip.CopyToDevice(rt, me.buf, data))
+	}
+	fn := FuncSend // this rank's side of the large transfer
+	if bigRecv {
+		fn = FuncRecv
+	}
+	if victim {
+		require.NoError(t, me.c.P2P(fn, me.buf, big, 0, 0, me.s))
+	} else {
+		gate, toGate, fromSurvivor := ss[1], FuncRecv, FuncSend
+		if !survivorRecvs {
+			toGate, fromSurvivor = FuncSend, FuncRecv
+		}
+		require.NoError(t, rt.SetDevice(me.c.Device()))
+		require.NoError(t, GroupStart())
+		require.NoError(t, me.c.P2P(fn, me.buf, big, 0, 1, me.s))
+		require.NoError(t, me.c.P2P(toGate, me.gbuf, short, 0, 2, me.s))
+		require.NoError(t, me.c.P2P(toGate, me.gbuf+short, short, 0, 2, me.s))
+		require.NoError(t, GroupEnd())
+		require.NoError(t, rt.SetDevice(gate.c.Device()))
+		require.NoError(t, gate.c.P2P(fromSurvivor, gate.gbuf, short, 0, 0, gate.s)) // the first only
+	}
+	start := time.Now()
+	if bigRecv {
+		head, tail := make([]byte, 1024), make([]byte, 100)
+		for {
+			require.NoError(t, hip.CopyFromDevice(rt, head, me.buf))
+			if bytes.Equal(head, data[:len(head)]) {
+				break
+			}
+			require.Less(t, time.Since(start), 10*time.Second, "the transfer never started")
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond) // held: nothing more lands
+		require.NoError(t, hip.CopyFromDevice(rt, tail, me.buf+big-hip.DevicePtr(len(tail))))
+		require.Equal(t, bytes.Repeat([]byte{0xee}, len(tail)), tail, "the transfer was not held")
+		require.ErrorIs(t, rt.StreamQuery(me.s), hip.ErrNotReady)
+		fmt.Println("MP mid-transfer")
+	}
+	if victim {
+		time.Sleep(10 * time.Second) // killed here
+		t.Fatal("the victim was not killed")
+	}
+	for _, x := range ss {
+		deadline := time.Now().Add(10 * time.Second)
+		var aerr error
+		for aerr == nil && time.Now().Before(deadline) {
+			aerr = x.c.AsyncError()
+			time.Sleep(time.Millisecond)
+		}
+		requireCode(t, result.RemoteError, aerr)
+		require.Contains(t, aerr.Error(), "killed")
+		fmt.Printf("MP remote-error %v\n", aerr)
+	}
+	require.Less(t, time.Since(start), 5*time.Second, "the victim's death took too long to reach the survivor")
+	for _, x := range ss {
+		start := time.Now()
+		require.NoError(t, x.c.Abort())
+		require.Less(t, time.Since(start), 3*time.Second, "Abort took too long")
+		require.NoError(t, rt.SetDevice(x.c.Device()))
+		require.NoError(t, rt.StreamSynchronize(x.s))
+	}
+	if bigRecv { // what landed before the kill stays (the rest is undefined after the abort)
+		got := make([]byte, 4096)
+		require.NoError(t, hip.CopyFromDevice(rt, got, me.buf))
+		require.Equal(t, data[:len(got)], got)
+	}
+	for _, x := range ss {
+		require.NoError(t, rt.StreamDestroy(x.s))
+		require.NoError(t, MemFree(rt, x.buf))
+		require.NoError(t, MemFree(rt, x.gbuf))
+	}
 }

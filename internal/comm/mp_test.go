@@ -341,15 +341,17 @@ func TestMPEngineSettings(t *testing.T) {
 	}
 }
 
-// A child killed while the others' collective waits for it: the survivors
-// see ncclRemoteError at once and abort promptly.
+// A child killed while the others' collective (or a send to it, or a
+// receive from it) waits for it: the survivors see ncclRemoteError at once
+// and abort promptly.
 func TestMPKilledPeer(t *testing.T) {
-	for _, op := range []string{"", "-p2p"} {
+	for _, op := range []string{"", "-p2p", "-recv"} {
 		t.Run("op"+op, func(t *testing.T) { mpKilledPeer(t, op) })
 	}
 }
 
-// mpKilledPeer: op "" an AllGather, "-p2p" a send to the victim.
+// mpKilledPeer: op "" an AllGather, "-p2p" a send to the victim, "-recv"
+// a receive from it.
 func mpKilledPeer(t *testing.T, op string) {
 	watchdog(t, 40*time.Second)
 	before := shmFiles(t)
@@ -377,7 +379,7 @@ func mpKilledPeer(t *testing.T, op string) {
 // collective stays pending past CECOLL_TIMEOUT, the survivor fails with
 // ncclRemoteError and its abort reaches the silent peer.
 func TestMPTimeout(t *testing.T) {
-	for _, op := range []string{"", "-p2p"} { // an AllGather; a send never received
+	for _, op := range []string{"", "-p2p", "-recv"} { // an AllGather; a send never received; a receive never sent
 		t.Run("op"+op, func(t *testing.T) {
 			watchdog(t, 40*time.Second)
 			id, err := NewID()
@@ -394,17 +396,19 @@ func TestMPTimeout(t *testing.T) {
 }
 
 // CECOLL_CHECK=1: two ranks issue AllGathers of different counts (or an
-// AlltoAll, in place on one rank only); both get an asynchronous
+// AlltoAll, in place on one rank only; or a receive shorter than its
+// send, staged in several pieces); both get an asynchronous
 // ncclInvalidUsage naming both sides, without any wait in the call.
 func TestMPCheck(t *testing.T) {
-	for _, role := range []string{"check", "check-inplace"} {
+	for _, role := range []string{"check", "check-inplace", "check-p2p"} {
 		t.Run(role, func(t *testing.T) {
 			watchdog(t, 40*time.Second)
 			id, err := NewID()
 			require.NoError(t, err)
+			env := []string{"CECOLL_CHECK=1", "CECOLL_STAGING_BYTES=16K"}
 			cs := []*child{
-				startChild(t, id, 2, "0", role, "CECOLL_CHECK=1"),
-				startChild(t, id, 2, "1", role, "CECOLL_CHECK=1"),
+				startChild(t, id, 2, "0", role, env...),
+				startChild(t, id, 2, "1", role, env...),
 			}
 			requireChildOK(t, cs, 30*time.Second)
 		})
@@ -461,6 +465,48 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm, inPlace bool) {
 	require.NoError(t, rt.StreamSynchronize(s))
 	require.NoError(t, rt.StreamDestroy(s))
 	require.NoError(t, MemFree(rt, buf))
+}
+
+// mpCheckP2P: rank 0 sends three transfers to rank 1, whose second
+// receive is shorter than its send (several 4 KiB pieces each: the rest
+// of the send would feed the third receive). Both ranks get the
+// mismatch by name, the calls do not wait, and Abort releases the
+// streams.
+func mpCheckP2P(t *testing.T, rt hip.Runtime, c *Comm) {
+	me := c.Rank()
+	require.NoError(t, rt.SetDevice(c.Device()))
+	s, err := rt.StreamCreate()
+	require.NoError(t, err)
+	sizes := []uintptr{8192, 40000, 8192}
+	fn := FuncSend
+	if me == 1 {
+		sizes[1] = 30000
+		fn = FuncRecv
+	}
+	var bufs []hip.DevicePtr
+	start := time.Now()
+	for _, n := range sizes {
+		p, err := MemAlloc(rt, n)
+		require.NoError(t, err)
+		bufs = append(bufs, p)
+		require.NoError(t, c.P2P(fn, p, n, 0, 1-me, s))
+	}
+	require.Less(t, time.Since(start), time.Second, "the calls waited")
+	deadline := time.Now().Add(10 * time.Second)
+	for c.AsyncError() == nil && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	err = c.AsyncError()
+	requireCode(t, result.InvalidUsage, err)
+	require.Contains(t, err.Error(), "rank 1's receive #2 from rank 0 is 30000 bytes")
+	require.Contains(t, err.Error(), "rank 0's send #2 to rank 1 is 40000 bytes")
+	fmt.Printf("MP check-error %v\n", err)
+	require.NoError(t, c.Abort())
+	require.NoError(t, rt.StreamSynchronize(s))
+	require.NoError(t, rt.StreamDestroy(s))
+	for _, p := range bufs {
+		require.NoError(t, MemFree(rt, p))
+	}
 }
 
 // TestMPChild is the children's side; it is skipped in a normal run.
@@ -555,8 +601,13 @@ func TestMPChild(t *testing.T) {
 		require.NoError(t, comms[0].Barrier())
 	case "check", "check-inplace":
 		mpCheck(t, rt, comms[0], role == "check-inplace")
-	case "survivor", "victim", "survivor-p2p", "victim-p2p":
-		mpKill(t, rt, comms[0], strings.HasPrefix(role, "victim"), strings.HasSuffix(role, "-p2p"))
+	case "check-p2p":
+		mpCheckP2P(t, rt, comms[0])
+	case "survivor", "victim", "survivor-p2p", "victim-p2p", "survivor-recv", "victim-recv":
+		victim, op, _ := strings.Cut(role, "-")
+		mpKill(t, rt, comms[0], victim == "victim", op)
+	case "midsurvivor-recv", "midvictim-recv", "midsurvivor-send", "midvictim-send":
+		mpKillMidTransfer(t, rt, comms, strings.HasPrefix(role, "midvictim"), strings.HasSuffix(role, "-recv"))
 	case "p2p":
 		mpP2P(t, rt, comms, n)
 	}
@@ -754,11 +805,12 @@ func mpCollectives(t *testing.T, rt hip.Runtime, comms []*Comm, n int) {
 	}
 }
 
-// mpKill: every rank issues an AllGather; the victim then only waits to
-// be killed, so the survivors' streams park on flags it will never write.
+// mpKill: every rank issues an AllGather (op "p2p": a send to the last
+// rank, "recv": a receive from it); the victim then only waits to be
+// killed, so the survivors' streams park on flags it will never write.
 // Each survivor must see ncclRemoteError within a few seconds, its stream
 // must drain after Abort, and Abort must return promptly.
-func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim, p2p bool) {
+func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim bool, op string) {
 	n := c.Size()
 	const blk = 4096
 	require.NoError(t, rt.SetDevice(c.Device()))
@@ -783,9 +835,12 @@ func mpKill(t *testing.T, rt hip.Runtime, c *Comm, victim, p2p bool) {
 		require.NoError(t, MemFree(rt, buf))
 		return
 	}
-	if p2p { // a send to the last rank, which never receives it
+	switch op {
+	case "p2p": // a send to the last rank, which never receives it
 		require.NoError(t, c.P2P(FuncSend, buf, blk, 0, n-1, s))
-	} else {
+	case "recv": // a receive from the last rank, which never sends
+		require.NoError(t, c.P2P(FuncRecv, buf, blk, 0, n-1, s))
+	default:
 		require.NoError(t, c.Collective(ce.FuncAllGather, buf, buf+hip.DevicePtr(n*blk), blk, 0, 0, s))
 	}
 	fmt.Println("MP issued")

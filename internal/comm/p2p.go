@@ -53,9 +53,13 @@ func (c *Comm) P2P(fn Func, buf hip.DevicePtr, count uintptr, dt int32, peer int
 		return c.Refuse(err)
 	}
 	if t.Bytes == 0 {
+		if c.checksP2P() { // CECOLL_CHECK compares it with its match all the same (check.go)
+			c.checkPostP2P(&t, c.countP2P(&t))
+		}
 		return nil // no piece, no signal: both sides skip it alike (NCCL: the sizes agree)
 	}
 	seq := c.countP2P(&t)
+	c.checkPostP2P(&t, seq)
 	if g := currentGroup(); g != nil {
 		if st := c.state(); st != stReady && st != stInit {
 			return c.Refuse(c.usable(fn.String()))
@@ -422,6 +426,10 @@ func (c *Comm) AlltoAllv(send hip.DevicePtr, sendCounts, sDispls []uintptr, recv
 			fn, buf, counts, displs = FuncRecv, recv, recvCounts, rDispls
 		}
 		if counts[peer] == 0 {
+			if c.checksP2P() { // as P2P's empty transfer
+				t := ce.Transfer{Recv: fn == FuncRecv, Peer: peer}
+				c.checkPostP2P(&t, c.countP2P(&t))
+			}
 			continue
 		}
 		hi, off := bits.Mul64(uint64(displs[peer]), uint64(elt))

@@ -64,7 +64,7 @@ var (
 	BootstrapTimeout = newSeconds("CECOLL_BOOTSTRAP_TIMEOUT", User, 300*time.Second,
 		"seconds a rank waits for its peers at init and at window registration")
 	Check = newBool("CECOLL_CHECK", User, false,
-		"1: the ranks of a multi-process communicator cross-check every collective's signature")
+		"1: the ranks of a multi-process communicator cross-check every collective's signature and every receive's size against its send's")
 	NCCLSocketIfname = newString("NCCL_SOCKET_IFNAME", User, "loopback", "as CECOLL_SOCKET_IFNAME",
 		"NCCL's name for CECOLL_SOCKET_IFNAME, read when that is blank")
 	SocketIfname = newString("CECOLL_SOCKET_IFNAME", User, "loopback", "name prefixes, =name exact, ^ excludes; comma list",

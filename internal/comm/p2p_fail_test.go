@@ -1,0 +1,93 @@
+package comm
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"cecoll/internal/result"
+)
+
+// watchIdle waits until no watchdog runs: one reads CECOLL_TIMEOUT when it
+// starts (watchAdd), so a test that sets it starts from none and leaves
+// none behind.
+func watchIdle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		watched.Lock()
+		running := watched.running
+		watched.Unlock()
+		if !running {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the watchdog of earlier communicators still runs")
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A send whose receive is never posted, or a receive whose send is never
+// posted (staged, several pieces), stays parked until CECOLL_TIMEOUT:
+// then the communicator fails on both ranks with ncclRemoteError naming
+// the timeout, the parked stream drains, the next call returns that
+// error, and teardown (ncclCommAbort or ncclCommDestroy) is prompt.
+func TestP2PTimeout(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	smallStaging(t, 8<<10)
+	t.Setenv("CECOLL_TIMEOUT", "0.3")
+	t.Cleanup(func() { watchIdle(t) }) // later tests get a watchdog of their own timeout
+	for _, fn := range []Func{FuncSend, FuncRecv} {
+		for _, abort := range []bool{true, false} {
+			name := fn.String() + "/destroy"
+			if abort {
+				name = fn.String() + "/abort"
+			}
+			t.Run(name, func(t *testing.T) {
+				watchIdle(t)
+				rt := newRT(t, 2)
+				comms, err := InitAll(rt, 2, []int{0, 1}, DefaultConfig())
+				require.NoError(t, err)
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c := comms[0]
+				require.NoError(t, rt.SetDevice(c.Device()))
+				s, err := rt.StreamCreate()
+				require.NoError(t, err)
+				const bytes = 20000 // 10 pieces of 2 KiB
+				buf, err := MemAlloc(rt, bytes)
+				require.NoError(t, err)
+				start := time.Now()
+				require.NoError(t, c.P2P(fn, buf, bytes, 0, 1, s))
+				require.Less(t, time.Since(start), 200*time.Millisecond, "the call waited for its peer")
+				deadline := time.Now().Add(10 * time.Second)
+				for c.AsyncError() == nil && time.Now().Before(deadline) {
+					time.Sleep(2 * time.Millisecond)
+				}
+				waited := time.Since(start)
+				err = c.AsyncError()
+				requireCode(t, result.RemoteError, err)
+				require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
+				require.GreaterOrEqual(t, waited, 300*time.Millisecond, "failed before the timeout")
+				requireCode(t, result.RemoteError, comms[1].AsyncError()) // the silent peer hears it
+				require.NoError(t, rt.StreamSynchronize(s), "the failure released the parked stream")
+				err = c.P2P(fn, buf, bytes, 0, 1, s)
+				requireCode(t, result.RemoteError, err)
+				require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
+				start = time.Now()
+				for _, c := range comms {
+					if abort {
+						require.NoError(t, c.Abort())
+					} else {
+						require.NoError(t, c.Destroy())
+					}
+				}
+				require.Less(t, time.Since(start), 3*time.Second, "teardown took too long")
+				require.NoError(t, rt.StreamSynchronize(s))
+				require.NoError(t, rt.StreamDestroy(s))
+				require.NoError(t, MemFree(rt, buf))
+			})
+		}
+	}
+}
