@@ -165,7 +165,7 @@ func (c *Comm) claim(s hip.Stream, seq uint64, in func(rank int) bool) error {
 	if c.w == nil || c.w.n == 1 {
 		return nil
 	}
-	key := keyOf(s)
+	key := keyOf(s, c.dev)
 	from := seq
 	if seq == p2pMark {
 		from = 1
@@ -209,7 +209,8 @@ func (c *Comm) claim(s hip.Stream, seq uint64, in func(rank int) bool) error {
 
 type streamKey struct {
 	s   hip.Stream
-	tid int
+	tid int // the per-thread stream's thread
+	dev int // the NULL and per-thread streams' device
 }
 
 // Graphs. A graph replayed beside eager calls of a communicator, or beside

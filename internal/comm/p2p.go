@@ -373,13 +373,18 @@ func (g *group) claimP2P(ms []p2pMember, m *p2pMember) error {
 	return nil
 }
 
-func keyOf(s hip.Stream) streamKey {
+// keyOf is the stream s names on device dev: the NULL and per-thread
+// streams are one per device (and per thread), so ranks on different
+// devices never share them.
+func keyOf(s hip.Stream, dev int) streamKey {
 	key := streamKey{s: s}
 	switch s {
 	case hip.StreamLegacy:
-		key.s = hip.StreamNull
+		key.s, key.dev = hip.StreamNull, dev
+	case hip.StreamNull:
+		key.dev = dev
 	case hip.StreamPerThread:
-		key.tid = osthread.ID()
+		key.tid, key.dev = osthread.ID(), dev
 	}
 	return key
 }

@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"bytes"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -171,5 +173,58 @@ func TestRefusalAlikeStaysPlain(t *testing.T) {
 	for _, c := range comms {
 		requireCode(t, result.InvalidUsage, c.Launch(&LaunchArgs{Func: ce.FuncAllReduce, Datatype: 2, Count: 4, EltSize: 4, Send: 1, Recv: 1}, nil, nil))
 		require.NoError(t, c.AsyncError())
+	}
+}
+
+// Two ranks of one process, a thread each, issue AllGathers on the NULL
+// stream outside a group: on one device they share that stream, and each
+// could wait for the other queued behind it (refused, the communicator
+// fails); on two devices each has its own NULL stream, and the calls run.
+func TestNullStreamPerDevice(t *testing.T) {
+	const count = 64
+	for _, devs := range [][]int{{0, 1}, {0, 0}} {
+		t.Run(fmt.Sprintf("devices=%v", devs), func(t *testing.T) {
+			watchdog(t, 60*time.Second)
+			rt := newRT(t, 2)
+			comms, errs := initThreads(t, rt, devs)
+			require.NoError(t, firstError(errs))
+			recvs := make([]hip.DevicePtr, 2)
+			errs = onRanks(comms, func(c *Comm) error {
+				if err := rt.SetDevice(c.Device()); err != nil {
+					return err
+				}
+				send, err := MemAlloc(rt, count)
+				if err != nil {
+					return err
+				}
+				if recvs[c.rank], err = MemAlloc(rt, 2*count); err != nil {
+					return err
+				}
+				if err := hip.CopyToDevice(rt, send, bytes.Repeat([]byte{byte(c.rank + 1)}, count)); err != nil {
+					return err
+				}
+				if err := c.Collective(FuncAllGather, send, recvs[c.rank], count, 0, 0, hip.StreamNull); err != nil {
+					return err
+				}
+				return rt.StreamSynchronize(hip.StreamNull)
+			})
+			if devs[0] == devs[1] {
+				require.Error(t, firstError(errs))
+				require.Contains(t, firstError(errs).Error(), "the NULL stream")
+			} else {
+				require.NoError(t, firstError(errs))
+				for r := range 2 {
+					got := make([]byte, 2*count)
+					runtime.LockOSThread()
+					require.NoError(t, rt.SetDevice(devs[r]))
+					require.NoError(t, hip.CopyFromDevice(rt, got, recvs[r]))
+					runtime.UnlockOSThread()
+					require.Equal(t, append(bytes.Repeat([]byte{1}, count), bytes.Repeat([]byte{2}, count)...), got, "rank %d", r)
+				}
+			}
+			for _, c := range comms {
+				require.NoError(t, c.Destroy())
+			}
+		})
 	}
 }
