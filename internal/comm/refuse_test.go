@@ -188,22 +188,27 @@ func TestNullStreamPerDevice(t *testing.T) {
 			rt := newRT(t, 2)
 			comms, errs := initThreads(t, rt, devs)
 			require.NoError(t, firstError(errs))
-			recvs := make([]hip.DevicePtr, 2)
-			errs = onRanks(comms, func(c *Comm) error {
+			sends, recvs := make([]hip.DevicePtr, 2), make([]hip.DevicePtr, 2)
+			// Filled first, on both ranks: a synchronous copy waits for
+			// the device's NULL stream, where a peer's call may wait.
+			require.NoError(t, firstError(onRanks(comms, func(c *Comm) error {
 				if err := rt.SetDevice(c.Device()); err != nil {
 					return err
 				}
-				send, err := MemAlloc(rt, count)
-				if err != nil {
+				var err error
+				if sends[c.rank], err = MemAlloc(rt, count); err != nil {
 					return err
 				}
 				if recvs[c.rank], err = MemAlloc(rt, 2*count); err != nil {
 					return err
 				}
-				if err := hip.CopyToDevice(rt, send, bytes.Repeat([]byte{byte(c.rank + 1)}, count)); err != nil {
+				return hip.CopyToDevice(rt, sends[c.rank], bytes.Repeat([]byte{byte(c.rank + 1)}, count))
+			})))
+			errs = onRanks(comms, func(c *Comm) error {
+				if err := rt.SetDevice(c.Device()); err != nil {
 					return err
 				}
-				if err := c.Collective(FuncAllGather, send, recvs[c.rank], count, 0, 0, hip.StreamNull); err != nil {
+				if err := c.Collective(FuncAllGather, sends[c.rank], recvs[c.rank], count, 0, 0, hip.StreamNull); err != nil {
 					return err
 				}
 				return rt.StreamSynchronize(hip.StreamNull)
