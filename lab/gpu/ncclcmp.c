@@ -6,7 +6,7 @@
  *   ncclcmp ceil    [-N devs] [-b 1G] [-n 5]
  *   ncclcmp perf    -L LIB [-l NAME] [--ce] [-G [-K k]] [-N ranks] [-b 8] [-e 1G] [-f 8] [-s 8,64M,1G]
  *                   [-n 20] [-w 5] [-c 1] [-o allgather,alltoall,scatter,gather] [-r root] [-S 4G]
- *   ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100]
+ *   ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100] [-X]
  *   common: -W watchdog seconds per phase (default 180)
  *
  * The library is loaded with dlopen(LIB, RTLD_NOW|RTLD_LOCAL) and every
@@ -64,6 +64,8 @@
  *               with_smcopy_ms= coll_slowdown= smcopy_slowdown=
  *               coll_busbw= coll_alone_busbw= smcopy_busbw=
  *           (ms per GEMM, averaged over devices; slowdown = with/alone).
+ *           -X: the ring exchange (ncclSend to rank+1, ncclRecv from rank-1,
+ *           in a group) in place of AllGather, and an SM copy to rank+1 only.
  *
  * Every failure prints the call, the CUDA/cuBLAS code or NCCL's
  * ncclGetErrorString and ncclGetLastError, and exits 1 (2 for a bad
@@ -181,6 +183,10 @@ static struct {
   ncclResult_t (*AlltoAll)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
   ncclResult_t (*Scatter)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*Gather)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
   ncclResult_t (*MemAlloc)(void**, size_t);
   ncclResult_t (*MemFree)(void*);
   ncclResult_t (*CommWindowRegister)(ncclComm_t, void*, size_t, ncclWindow_t*, int);
@@ -208,6 +214,7 @@ static int ceMode, graphMode, graphK = 1, check = 1, root;
 static int nranks, ndev, usedDevs, iters = 20, warmup = 5, ceilReps = 5, mmReps = 100, mmSize = 8192;
 static size_t minBytes = 8, maxBytes = (size_t)1 << 30, factor = 8, capBytes = (size_t)4 << 30;
 static size_t ceilBytes = (size_t)1 << 30, ovBytes = (size_t)256 << 20;
+static int ovRing; /* overlap -X: the ring exchange instead of AllGather */
 static int collMask = 0xf;
 static size_t sizeList[64];
 static int nSizes; /* -s; 0: -b..-e by -f */
@@ -435,6 +442,10 @@ static void loadNccl(void) {
       S(nc.AlltoAll, "ncclAlltoAll"),
       S(nc.Scatter, "ncclScatter"),
       S(nc.Gather, "ncclGather"),
+      SO(nc.Send, "ncclSend"),
+      SO(nc.Recv, "ncclRecv"),
+      S(nc.GroupStart, "ncclGroupStart"),
+      S(nc.GroupEnd, "ncclGroupEnd"),
       S(nc.MemAlloc, "ncclMemAlloc"),
       S(nc.MemFree, "ncclMemFree"),
       S(nc.CommWindowRegister, "ncclCommWindowRegister"),
@@ -819,16 +830,26 @@ static double mmMs[MAXD][3];  /* per device: ms per GEMM alone, with coll, with 
 
 enum { W_COLL = 0, W_SMCOPY = 1 };
 
-/* work queues one unit of the loop: the AllGather, or the SM copy of this
- * rank's chunk into its block of every other rank's smdst. */
+/* work queues one unit of the loop: the AllGather (-X: the ring exchange,
+ * a send to rank+1 and a receive from rank-1 in a group), or the SM copy
+ * of the same bytes: this rank's chunk into its block of every other
+ * rank's smdst (-X: of rank+1's only). */
 static void work(struct rank* me, int kind) {
+  int n = nranks, r = me->rank;
+  if (kind == W_COLL && ovRing) {
+    NC(nc.GroupStart(), me->comm);
+    NC(nc.Send((void*)(uintptr_t)me->send, ovBytes, ncclUint8, (r + 1) % n, me->comm, me->s), me->comm);
+    NC(nc.Recv((void*)(uintptr_t)me->recv, ovBytes, ncclUint8, (r + n - 1) % n, me->comm, me->s), me->comm);
+    NC(nc.GroupEnd(), me->comm);
+    return;
+  }
   if (kind == W_COLL) {
     call(me, 0, ovBytes);
     return;
   }
   int nfl = (int)(ovBytes / 4);
   for (int j = 0; j < nranks; j++) {
-    if (j == me->rank) continue;
+    if (j == me->rank || (ovRing && j != (r + 1) % n)) continue;
     float* x = (float*)(uintptr_t)me->send;
     float* y = (float*)(uintptr_t)(R[j].smdst + (size_t)me->rank * ovBytes);
     CB(cb.Scopy(me->blas, nfl, x, 1, y, 1));
@@ -1134,7 +1155,7 @@ static void usage(void) {
           "       ncclcmp perf -L LIB [-l NAME] [--ce] [-G [-K calls]] [-N ranks] [-b 8] [-e 1G] [-f 8] [-n 20]\n"
           "                    [-w 5] [-c 0|1] [-o allgather,alltoall,scatter,gather|all] [-r root] [-S 4G]\n"
           "                    [-s 8,4K,64M,...: sizes instead of -b/-e/-f]\n"
-          "       ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100]\n"
+          "       ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100] [-X]\n"
           "       common: -W seconds (watchdog per phase, default 180)\n");
   _exit(2);
 }
@@ -1188,7 +1209,7 @@ int main(int argc, char** argv) {
   static const struct option longs[] = {{"ce", no_argument, NULL, 'C'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
   optind = 2;
   int o;
-  while ((o = getopt_long(argc, argv, "L:l:CGK:N:b:e:f:n:w:c:o:r:s:S:M:R:W:h", longs, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "L:l:CGK:N:b:e:f:n:w:c:o:r:s:S:M:R:W:Xh", longs, NULL)) != -1) {
     switch (o) {
       case 'L': libPath = optarg; break;
       case 'l': snprintf(libName, sizeof libName, "%s", optarg); break;
@@ -1209,6 +1230,7 @@ int main(int argc, char** argv) {
       case 'M': mmSize = parseInt(optarg, 64, 65536, "-M"); break;
       case 'R': mmReps = parseInt(optarg, 1, 1 << 20, "-R"); break;
       case 'W': wdSecs = parseInt(optarg, 1, 86400, "-W"); break;
+      case 'X': ovRing = 1; break;
       default: usage();
     }
   }
@@ -1297,9 +1319,11 @@ int main(int argc, char** argv) {
 
   /* overlap */
   enablePeers(0);
-  printf("# overlap: lib %s, path %s, %d ranks on %d device(s), AllGather %zu bytes per rank; GEMM bf16 %dx%dx%d "
+  if (ovRing && (!nc.Send || !nc.Recv)) die(2, "overlap -X needs ncclSend and ncclRecv, which %s lacks", libPath);
+  printf("# overlap: lib %s, path %s, %d ranks on %d device(s), %s %zu bytes per rank; GEMM bf16 %dx%dx%d "
          "x %d per phase on every device\n",
-         libName, ceMode ? "ce" : "default", nranks, usedDevs, ovBytes, mmSize, mmSize, mmSize, mmReps);
+         libName, ceMode ? "ce" : "default", nranks, usedDevs, ovRing ? "ring exchange (send to rank+1)" : "AllGather",
+         ovBytes, mmSize, mmSize, mmSize, mmReps);
   pthread_barrier_init(&gbar, NULL, (unsigned)(nranks + usedDevs + 1));
   for (int r = 0; r < nranks; r++)
     if (pthread_create(&R[r].th, NULL, ovRank, &R[r])) die(1, "pthread_create failed");

@@ -17,6 +17,26 @@
 #            copies of 256 MiB
 #   small    8 B ring sendrecv against an 8 B-per-rank AllGather, one thread grouped, eager and
 #            graph, N = 2, 4, 8, ROUNDS rounds (us)
+#   graphs   graphs of 20 captured 8 B sendrecv batches, one thread grouped and a thread per
+#            rank, 3, 4 and 8 ranks, and of 20 AllGathers at 3 ranks, against build/base and
+#            build/ (each run killed after 20 s: rc=124 is a hang); then a graph of staged
+#            batches of several rounds (64 MiB, -t 4, every byte checked)
+#   graphdiag  where a hung graph of 20 captured 8 B sendrecv batches waits (3 ranks, one thread
+#            grouped): thresholds in batches, with 32 hardware queues, and the host threads'
+#            kernel wait channels and stacks (gdb, where installed) 8 s into the hang
+#   stagedq  what bounds the staged ring at 256 MiB, N = 4, 8 (build/): 32 hardware queues
+#            (CUDA_DEVICE_MAX_CONNECTIONS=32), and a 256 MiB staging window, -t N and -P N
+#   graphwv  graphs of 12 to 40 captured batches: sendrecv 8 B at 3 ranks (build/), the same
+#            and 4 and 8 ranks with captured signals as write-values (build/wv:
+#            lab/h200/p2pwv.patch), and AllGather and AlltoAll graphs of 40 calls (build/)
+#   graphst  graphs of 20-40 captured calls with a thread per rank: sendrecv at 2 and 3 ranks
+#            (build/, build/wv), with 32 hardware queues, after an eager warm-up, and
+#            AllGather and AlltoAll graphs of 40 calls at 3 and 4 ranks
+#   overlap  a bf16 GEMM beside a looping 256 MiB ring exchange (ncclcmp overlap -X, a thread
+#            per rank: the staged path) and beside SM copies of the same bytes, N = 2, 4
+#            (build/gpu/ncclcmp from lab/gpu/ncclcmp.c; cuBLAS from the torch venv)
+#   staged   the staged ring at 256 MiB, -t N and -P N (MPS), build/base against build/, ROUNDS
+#            rounds alternating
 # build/ comes carried (make all; build/ctests/matrix; build/cecoll-perf):
 #
 #   run(command="bash lab/h200/p2p.sh matrix mproc torch", carry=["build"])
@@ -25,16 +45,16 @@
 set -u
 cd "$(dirname "$0")/../.."
 source lab/h200/lib.sh
-begin p2p
+begin p2p${TAG:+-$TAG}
 NS=${NS:-2 4 8}
 PY=${PYTHON:-python3}
 for stage in "$@"; do
   echo "== $stage ($(left) s left)"
   case $stage in
-  matrix) mrun sr-inproc "$(cells '^(sendrecv|broadcast)\..*\.(group|threads)\.')" $(($(left) - 20)) -j 4 -b 64 -t 60 ;;
+  matrix) mrun sr-inproc "$(cells '^(sendrecv|broadcast)\..*\.(group|threads)\.' --devices dev0)" $(($(left) - 20)) -j 4 -b 64 -t 60 ;;
   mproc)
     mps_on
-    mrun sr-proc "$(cells '^(sendrecv|broadcast)\..*\.(proc|2proc)\.')" $(($(left) - 20)) -j 2 -b 64 -t 60
+    mrun sr-proc "$(cells '^(sendrecv|broadcast)\..*\.(proc|2proc)\.' --devices dev0)" $(($(left) - 20)) -j 2 -b 64 -t 60
     mps_off
     ;;
   torch)
@@ -98,6 +118,97 @@ PY
       done
     done
     ;;
+  graphs)
+    for b in base new; do
+      for lay in "-g 3" "-t 3" "-g 4" "-t 4" "-g 8"; do
+        PERF_TIMEOUT=20 perf $b "$R/graphs-$b-sr${lay// /}.txt" sendrecv $lay -b 8 -e 8 -d uint8 -n 20 -G 1 -w 0 -c 0
+      done
+      PERF_TIMEOUT=20 perf $b "$R/graphs-$b-ag-g3.txt" allgather -g 3 -b 24 -e 24 -d uint8 -n 20 -G 1 -w 0 -c 0
+    done
+    PERF_TIMEOUT=40 perf new "$R/graphs-new-staged-t4.txt" sendrecv -t 4 -b 64M -e 64M -d uint8 -n 4 -G 2 -w 0 -c 1
+    mps_on
+    PERF_TIMEOUT=40 perf new "$R/graphs-new-staged-P3.txt" sendrecv -P 3 -b 64M -e 64M -d uint8 -n 4 -G 2 -w 0 -c 1
+    mps_off
+    grep -H -E "^ +[0-9]+ |wrong|rror" "$R"/graphs-*.txt | cut -c1-200 | head -40
+    ;;
+  graphdiag)
+    command -v gdb eu-stack || echo "no gdb, no eu-stack"
+    for nb in 3 5 10; do
+      PERF_TIMEOUT=12 perf new "$R/gd-g3-b$nb.txt" sendrecv -g 3 -b 8 -e 8 -d uint8 -n $nb -G 1 -w 0 -c 0
+    done
+    PERF_TIMEOUT=12 perf new "$R/gd-t3-b3.txt" sendrecv -t 3 -b 8 -e 8 -d uint8 -n 3 -G 1 -w 0 -c 0
+    CUDA_DEVICE_MAX_CONNECTIONS=32 PERF_TIMEOUT=12 perf new "$R/gd-g3-q32.txt" sendrecv -g 3 -b 8 -e 8 -d uint8 -n 20 -G 1 -w 0 -c 0
+    PERF_TIMEOUT=12 perf new "$R/gd-g3-G5.txt" sendrecv -g 3 -b 8 -e 8 -d uint8 -n 1 -G 5 -w 0 -c 0
+    CECOLL_DEBUG=INFO CECOLL_DEBUG_SUBSYS=ALL build/cecoll-perf sendrecv -g 3 -b 8 -e 8 -d uint8 -n 20 -G 1 -w 0 -c 0 > "$R/gd-stuck.txt" 2>&1 &
+    pid=$!
+    sleep 8
+    for t in /proc/$pid/task/*; do echo "$t $(cat "$t/comm") $(cat "$t/wchan")"; done > "$R/gd-wchan.txt" 2>&1
+    command -v gdb > /dev/null && timeout 40 gdb -p $pid -batch -ex "thread apply all bt 16" > "$R/gd-bt.txt" 2>&1
+    kill -9 $pid
+    grep -c . "$R/gd-stuck.txt"; cat "$R/gd-wchan.txt" | head -30
+    [ -f "$R/gd-bt.txt" ] && grep -E "^Thread|^#[0-9]" "$R/gd-bt.txt" | grep -v "runtime\.\|futex\|epoll" | head -60
+    ;;
+  stagedq)
+    for n in 4 8; do
+      for v in q32 s256m; do
+        e=CUDA_DEVICE_MAX_CONNECTIONS=32
+        [ $v = s256m ] && e=CECOLL_STAGING_BYTES=268435456
+        export "$e"
+        perf new "$R/stagedq-t$v-n$n-r1.txt" sendrecv -t "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        mps_on
+        perf new "$R/stagedq-P$v-n$n-r1.txt" sendrecv -P "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        mps_off
+        unset "${e%%=*}"
+      done
+    done
+    ;;
+  graphwv)
+    for nb in 12 15; do
+      PERF_TIMEOUT=12 perf new "$R/gw-new-g3-b$nb.txt" sendrecv -g 3 -b 8 -e 8 -d uint8 -n $nb -G 1 -w 0 -c 0
+    done
+    for lay in "-g 3" "-t 3" "-g 4" "-g 8"; do
+      PERF_TIMEOUT=12 perf wv "$R/gw-wv${lay// /}-b20.txt" sendrecv $lay -b 8 -e 8 -d uint8 -n 20 -G 1 -w 0 -c 1
+    done
+    PERF_TIMEOUT=12 perf new "$R/gw-new-ag-g3-b40.txt" allgather -g 3 -b 24 -e 24 -d uint8 -n 40 -G 1 -w 0 -c 0
+    PERF_TIMEOUT=12 perf new "$R/gw-new-a2a-g4-b40.txt" alltoall -g 4 -b 32 -e 32 -d uint8 -n 40 -G 1 -w 0 -c 0
+    grep -H -E "^ +[0-9]+ " "$R"/gw-*.txt | cut -c1-160
+    ;;
+  graphst)
+    sr() { PERF_TIMEOUT=12 perf "$1" "$R/gs-$2.txt" sendrecv "${@:3}" -b 8 -e 8 -d uint8 -G 1 -c 0; }
+    sr new t2-b20 -t 2 -n 20 -w 0
+    sr new t3-b20-w2 -t 3 -n 20 -w 2
+    CUDA_DEVICE_MAX_CONNECTIONS=32 sr new t3-b20-q32 -t 3 -n 20 -w 0
+    CUDA_DEVICE_MAX_CONNECTIONS=32 sr wv wv-t3-b20-q32 -t 3 -n 20 -w 0
+    sr new t3-b10 -t 3 -n 10 -w 0
+    sr wv wv-g3-b40 -g 3 -n 40 -w 0
+    PERF_TIMEOUT=12 perf new "$R/gs-ag-t3-b40.txt" allgather -t 3 -b 24 -e 24 -d uint8 -n 40 -G 1 -w 0 -c 0
+    PERF_TIMEOUT=12 perf new "$R/gs-a2a-t4-b40.txt" alltoall -t 4 -b 32 -e 32 -d uint8 -n 40 -G 1 -w 0 -c 0
+    ;;
+  overlap)
+    [ -x build/ncclcmp ] || gcc -O2 -Wall -I include -o build/ncclcmp lab/gpu/ncclcmp.c -ldl -lpthread
+    [ -n "${CUBLAS_LIB:-}" ] || CUBLAS_LIB=$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -name '*Lt*' 2>/dev/null | head -1)
+    export CUBLAS_LIB
+    echo "cuBLAS: $CUBLAS_LIB"
+    for n in 2 4; do
+      timeout 120 build/ncclcmp overlap -L "$PWD/build/libcecoll.so" -l cecoll --ce -N $n -X -W 60 > "$R/overlap-ring-n$n.txt" 2>&1
+      echo "overlap ring N=$n: rc=$?"; grep -E "^OVERLAP " "$R/overlap-ring-n$n.txt"
+    done
+    ;;
+  staged)
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+      for n in $NS; do
+        [ "$(left)" -lt 40 ] && break 2
+        for b in base new; do
+          perf $b "$R/staged-t-$b-n$n-r$round.txt" sendrecv -t "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        done
+        mps_on
+        for b in base new; do
+          perf $b "$R/staged-P-$b-n$n-r$round.txt" sendrecv -P "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
+        done
+        mps_off
+      done
+    done
+    ;;
   *) echo "unknown stage $stage" ;;
   esac
 done
@@ -107,7 +218,7 @@ import glob, os, re, statistics, sys
 R = sys.argv[1]
 vals = {}
 for f in sorted(glob.glob(os.path.join(R, "*-r*.txt"))):
-    m = re.match(r"(speed|bcast|small)-(.+)-n(\d+)-r\d+\.txt", os.path.basename(f))
+    m = re.match(r"(speed|bcast|small|staged|stagedq)-(.+)-n(\d+)-r\d+\.txt", os.path.basename(f))
     if not m:
         continue
     for line in open(f):
@@ -127,4 +238,4 @@ for key in sorted(vals):
           (key[0], key[1], key[2], t_oop, t_ip, ",".join(x[2] for x in v), ",".join(x[3] for x in v),
            ",".join(ceil), ",".join(ceil_ip), len(v)))
 PY
-finish p2p
+finish p2p${TAG:+-$TAG}
