@@ -378,6 +378,9 @@ run_matrix() {
 # The pairwise subset of both with a process per cell.
 run_matrix default all 16 -- --devices dev0
 run_matrix "devices=each" pairwise 16 -- --devices dev
+# Broadcast of 1 MiB per rank with a device per rank, 3 and 4 ranks: the
+# chain (each rank forwards the pieces to the next), under chaos.
+run_matrix "devices=each,broadcast-chain" pairwise@broadcast 16 CECOLL_HOST_CHAOS=2 -- --devices dev -r 3,4 -c 262144
 if [ "$mode" = all ]; then
   run_matrix "pairwise,isolated" pairwise 1
   run_matrix "devices=each,n3" all 16 -- --devices dev -r 3

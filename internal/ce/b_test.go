@@ -26,11 +26,18 @@ type recRT struct {
 	copySrcs []hip.DevicePtr // sources of 1-, 4- and 8-byte copies (flag copies)
 	copyDsts []hip.DevicePtr // their destinations
 	copySize []uintptr       // sizes of every plain copy
+	copies   []copyRec       // every copy: destination, source, bytes
 	batchOn  []hip.Stream    // streams of batched copies
 	attrs    int             // batched copies given attributes
 	mcCreate int             // MulticastCreate calls
 	allocs   int             // MemAlloc calls
 	log      []string
+}
+
+// copyRec is one copy a rank issued (a batch's entries one by one).
+type copyRec struct {
+	dst, src hip.DevicePtr
+	n        uintptr
 }
 
 func (r *recRT) note(s string) {
@@ -53,6 +60,7 @@ func (r *recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) err
 		r.copyDsts = append(r.copyDsts, dst)
 	}
 	r.copySize = append(r.copySize, n)
+	r.copies = append(r.copies, copyRec{dst, src, n})
 	r.mu.Unlock()
 	return r.Runtime.MemcpyAsync(dst, src, n, s)
 }
@@ -60,6 +68,9 @@ func (r *recRT) MemcpyAsync(dst, src hip.DevicePtr, n uintptr, s hip.Stream) err
 func (r *recRT) MemcpyBatchAsync(dsts, srcs []hip.DevicePtr, sizes []uintptr, attrs []hip.CopyAttributes, idxs []uintptr, s hip.Stream) error {
 	r.mu.Lock()
 	r.batchOn = append(r.batchOn, s)
+	for i := range dsts {
+		r.copies = append(r.copies, copyRec{dsts[i], srcs[i], sizes[i]})
+	}
 	if len(attrs) > 0 {
 		r.attrs++
 	}

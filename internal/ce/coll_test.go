@@ -625,3 +625,77 @@ func TestPointerKinds(t *testing.T) {
 		return nil
 	})
 }
+
+// A Broadcast among ranks on devices of their own runs as a chain: every
+// rank forwards the pieces to the next, so the root's memory is read once
+// (by its own copies to its successor), not once per receiver. Out of and
+// in place, on the group and window paths, eagerly and captured, under
+// chaos, every byte checked; the bytes that copies into other ranks'
+// memory read from the root's allocation are counted over every rank.
+func TestBroadcastChain(t *testing.T) {
+	defer func(v uintptr) { chainMin = v }(chainMin)
+	chainMin = 1
+	for _, n := range []int{3, 4, 5} {
+		for _, capture := range []bool{false, true} {
+			t.Run(fmt.Sprintf("n=%d/capture=%v", n, capture), func(t *testing.T) {
+				recs := make([]*recRT, n)
+				w := newWorld(t, n, worldOpts{chaos: int64(70 + n), wrap: func(rank int, rt hip.Runtime) hip.Runtime {
+					recs[rank] = &recRT{Runtime: rt}
+					return recs[rank]
+				}})
+				var cs []collCase
+				for _, m := range []bufMode{bufGroup, bufWindow} {
+					for _, ip := range []bool{false, true} {
+						for _, cnt := range []uintptr{1, 1000, 3 << 10} { // one piece; pieces of 256 B; of 1 KiB
+							cs = append(cs, collCase{fn: FuncBroadcast, count: cnt, dtype: 7, root: (n - 1) * int(cnt%2), mode: m, inPlace: ip})
+						}
+					}
+				}
+				w.run(testCfg(), 90*time.Second, false, func(r *rankEnv) error {
+					for _, c := range cs {
+						p := r.prepare(c)
+						chunk := c.count * eltSizes[c.dtype]
+						bases := r.exchange(p.base)
+						root := bases[c.root]
+						inRoot := func(x hip.DevicePtr) bool { return x >= root && x < root+hip.DevicePtr(2*chunk+64) }
+						r.w.bar.wait()
+						from := len(recs[r.rank].copies)
+						if capture {
+							g, err := r.captureGraph(&p.args)
+							if err != nil {
+								return fmt.Errorf("%v: %w", c, err)
+							}
+							if err := r.replay(g); err != nil {
+								return fmt.Errorf("%v: %w", c, err)
+							}
+						} else {
+							if err := r.launch(c, &p); err != nil {
+								return fmt.Errorf("%v: %w", c, err)
+							}
+							r.syncStream()
+						}
+						if err := r.verify(c, p); err != nil {
+							return err
+						}
+						var read uintptr
+						for _, cp := range recs[r.rank].copies[from:] {
+							if inRoot(cp.src) && !inRoot(cp.dst) {
+								read += cp.n
+							}
+						}
+						total := r.exchange(hip.DevicePtr(read))
+						var sum uintptr
+						for _, v := range total {
+							sum += uintptr(v)
+						}
+						if sum != chunk {
+							return fmt.Errorf("%v: copies into other ranks' memory read %d bytes of the root's, want %d (the message once)", c, sum, chunk)
+						}
+						r.w.bar.wait()
+					}
+					return nil
+				})
+			})
+		}
+	}
+}

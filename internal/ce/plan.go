@@ -55,10 +55,11 @@ const (
 	kindReleased          // the rooted ones on the group path: every rank copies its own block
 	kindHub               // small AllGather, AlltoAll on one device: rank 0 makes every copy
 	kindP2P               // a batch of sends and receives (p2p.go)
+	kindChain             // Broadcast across devices: each rank forwards the pieces to the next
 )
 
 func (k planKind) String() string {
-	return [...]string{"local", "push", "swap", "rooted", "released", "hub", "p2p"}[k]
+	return [...]string{"local", "push", "swap", "rooted", "released", "hub", "p2p", "chain"}[k]
 }
 
 // plan is a prepared call's plan. It is a value inside Engine.cur: making
@@ -91,6 +92,15 @@ func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
 	switch {
 	case p.path == pathLocal:
 		p.kind, p.per = kindLocal, 1
+	case e.useChain(p):
+		p.kind, p.per = kindChain, 1
+		p.piece = e.chainPiece(chunk)
+		if p.path == pathWindow {
+			var err error
+			if p.wOff, err = inWindow(p.win, a.Recv, chunk); err != nil {
+				return err
+			}
+		}
 	case a.Func.Rooted() && p.path == pathGroup:
 		p.kind = kindReleased
 	case a.Func.Rooted():
@@ -117,6 +127,9 @@ func (e *Engine) build(p *plan, a *Args, chunk uintptr, capturing bool) error {
 		p.piece = chunk
 	}
 	p.rounds = int((chunk + p.piece - 1) / p.piece)
+	if p.kind == kindChain {
+		p.rounds += n - 1 // the pipeline's fill, and the last piece's final sync
+	}
 	p.steps = p.rounds * p.per
 	syncs := p.steps
 	if p.kind == kindSwap {
@@ -254,6 +267,8 @@ func (e *Engine) fill(i int) (syncKind, int) {
 		return e.fillReleased(j)
 	case kindHub:
 		return e.fillHub(j)
+	case kindChain:
+		return e.fillChain(i)
 	}
 	return syncNone, 0
 }
@@ -493,6 +508,66 @@ func (e *Engine) fillReleased(j int) (syncKind, int) {
 		e.cp.addTo(segStage1, dst, a.Send, chunk)
 	}
 	return syncFromRoot, c
+}
+
+// chainMin is the smallest Broadcast that runs as a chain across devices:
+// below it the n-1 extra syncs of the pipeline's fill cost more than the
+// root's link gains. A variable so that tests can chain every size. Not
+// yet measured on several GPUs.
+var chainMin uintptr = 1 << 20
+
+// useChain: a Broadcast of at least chainMin among three or more ranks
+// not all on one device, where every rank can reach its successor's
+// receive buffer (the group and window paths), runs as a chain, so that
+// every link, the root's among them, carries each byte once: the root's
+// memory is read once, not once per receiver. On one device every copy
+// shares one memory, and the released and rooted plans are the faster.
+// It depends on what every rank agrees on only.
+func (e *Engine) useChain(p *plan) bool {
+	return p.a.Func == FuncBroadcast && e.n > 2 && !e.c.OneDevice() && p.chunk >= chainMin &&
+		(p.path == pathGroup || p.path == pathWindow)
+}
+
+// chainPiece is a chain's piece: the message in 4(n-1) pieces, so the
+// fill (n-2 steps) is a fifth of the pipeline, of 256-byte multiples.
+func (e *Engine) chainPiece(chunk uintptr) uintptr {
+	k := uintptr(4 * (e.n - 1))
+	return max(alignUp((chunk+k-1)/k, 256), 256)
+}
+
+// fillChain: Broadcast as a pipeline along the ring from the root. Every
+// step is a full sync, then copies: the rank at position q of the chain
+// (the root at 0) pushes piece i-q into its successor's receive buffer,
+// from the root's send buffer or its own receive buffer, which got that
+// piece from its predecessor a step before (the sync between orders the
+// two). The root also copies its send into its receive at step 0. The
+// last step holds the sync after the last piece only.
+func (e *Engine) fillChain(i int) (syncKind, int) {
+	p := &e.cur.plan
+	a, n, me, chunk := &p.a, e.n, e.rank, p.chunk
+	q := (me - a.Root + n) % n
+	if i == 0 && q == 0 && a.Send != a.Recv {
+		e.cp.addTo(segLocal, a.Recv, a.Send, chunk)
+	}
+	k := i - q
+	if q == n-1 || k < 0 || uintptr(k)*p.piece >= chunk {
+		return syncFull, 0
+	}
+	o := uintptr(k) * p.piece
+	src := a.Recv
+	if q == 0 {
+		src = a.Send
+	}
+	next := (me + 1) % n
+	dst := a.PeerRecv
+	var to hip.DevicePtr
+	if p.path == pathGroup {
+		to = dst[next]
+	} else {
+		to = p.win.PeerBase(next) + hip.DevicePtr(p.wOff)
+	}
+	e.cp.addTo(segStage1, to+hip.DevicePtr(o), src+hip.DevicePtr(o), min(p.piece, chunk-o))
+	return syncFull, 0
 }
 
 // rootOpens reports whether this plan's half syncs are round trips the
