@@ -3,7 +3,9 @@ package forward
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -214,4 +216,42 @@ func TestPolicyFromEnv(t *testing.T) {
 func TestNoteAllocs(t *testing.T) {
 	Note(2, "AllGather", 4096, true, WhyLarge)
 	require.Zero(t, testing.AllocsPerRun(100, func() { Note(2, "AllGather", 5000, true, WhyLarge) }))
+}
+
+// At CECOLL_DEBUG=INFO a route is logged once per kind, size class and
+// way: the point-to-point kinds and Broadcast as the collectives. The log
+// is set up once per process from the environment, so the calls run in a
+// child (this test binary again) and the parent reads its log file.
+func TestNoteOncePerKindAndClass(t *testing.T) {
+	if os.Getenv("FORWARD_NOTE_CHILD") == "1" {
+		for range 2 { // twice: logged once
+			Note(6, "Send", 4096, true, WhyLarge)
+			Note(6, "Send", 8191, true, WhyLarge)  // the same class
+			Note(6, "Send", 8192, true, WhyLarge)  // the next one
+			Note(7, "Recv", 4096, true, WhyLarge)  // another kind
+			Note(7, "Recv", 4096, false, WhySmall) // another way
+			Note(0, "Broadcast", 100, false, WhySmall)
+		}
+		return
+	}
+	logf := filepath.Join(t.TempDir(), "cecoll.log")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoteOncePerKindAndClass$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "FORWARD_NOTE_CHILD=1", "CECOLL_DEBUG=INFO", "CECOLL_DEBUG_SUBSYS=ALL", "CECOLL_DEBUG_FILE="+logf)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b, err := os.ReadFile(logf)
+	require.NoError(t, err)
+	var routes []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.Index(l, "route: "); i >= 0 {
+			routes = append(routes, l[i:])
+		}
+	}
+	require.ElementsMatch(t, []string{
+		"route: Send with 4096-8191 byte blocks -> copy engines (" + WhyLarge.String() + ")",
+		"route: Send with 8192-16383 byte blocks -> copy engines (" + WhyLarge.String() + ")",
+		"route: Recv with 4096-8191 byte blocks -> copy engines (" + WhyLarge.String() + ")",
+		"route: Recv with 4096-8191 byte blocks -> the real library (" + WhySmall.String() + ")",
+		"route: Broadcast with 64-127 byte blocks -> the real library (" + WhySmall.String() + ")",
+	}, routes)
 }
