@@ -35,6 +35,15 @@
 #   overlap  a bf16 GEMM beside a looping 256 MiB ring exchange (ncclcmp overlap -X, a thread
 #            per rank: the staged path) and beside SM copies of the same bytes, N = 2, 4
 #            (build/gpu/ncclcmp from lab/gpu/ncclcmp.c; cuBLAS from the torch venv)
+#   ringgraph  the captured ring without cecoll (lab/h200/ringgraph.cu): signals by copy or
+#            write-value; one thread launching a graph per rank, a thread per rank, or one
+#            graph of every rank (ringgraph.cu's header), by copies; 3 ranks, 20 and 40 calls a
+#            graph, 3 times each: a thread per rank with and without UPLOAD, one thread with and
+#            without JOIN
+#   upload   graphs of many captured calls with every graph uploaded at instantiation (build/
+#            with lab/h200/upload.patch: the nvidia backend's GraphInstantiate uploads and waits):
+#            the rows that hung, 2 or 3 times each, each run under -T 8; then the in-process
+#            graph cells of the matrix
 #   staged   the staged ring at 256 MiB, -t N and -P N (MPS), build/base against build/, ROUNDS
 #            rounds alternating
 # build/ comes carried (make all; build/ctests/matrix; build/cecoll-perf):
@@ -193,6 +202,33 @@ PY
       timeout 120 build/ncclcmp overlap -L "$PWD/build/libcecoll.so" -l cecoll --ce -N $n -X -W 60 > "$R/overlap-ring-n$n.txt" 2>&1
       echo "overlap ring N=$n: rc=$?"; grep -E "^OVERLAP " "$R/overlap-ring-n$n.txt"
     done
+    ;;
+  ringgraph)
+    nvcc -O2 -o /tmp/ringgraph lab/h200/ringgraph.cu -lcuda -lpthread || exit 1
+    for rep in 1 2 3; do
+      for k in 20 40; do
+        for v in "" UPLOAD=1; do
+          env $v timeout 20 /tmp/ringgraph copy threads 3 $k 2>&1 | tail -1 | sed "s/^/${v:-plain} /"
+        done
+        for v in "" JOIN=1 "JOIN=1 UPLOAD=1"; do
+          env $v timeout 20 /tmp/ringgraph copy one 3 $k 2>&1 | tail -1 | sed "s/^/${v:-plain} /"
+        done
+      done
+    done | tee "$R/ringgraph.txt"
+    ;;
+  upload)
+    up() { local tag=$1; shift; timeout 20 build/cecoll-perf "$@" -d uint8 -G 1 -w 0 -T 8 > "$R/up-$tag.txt" 2>&1; echo "$tag: rc=$? $(grep -cE '^ +[0-9]+ ' "$R/up-$tag.txt") rows"; }
+    for k in 1 2 3; do
+      up "sr-t3-n20-$k" sendrecv -t 3 -b 8 -e 8 -n 20 -c 1
+      up "sr-g3-n20-$k" sendrecv -g 3 -b 8 -e 8 -n 20 -c 1
+    done
+    for k in 1 2; do
+      up "sr-t2-n20-$k" sendrecv -t 2 -b 8 -e 8 -n 20 -c 1
+      up "sr-g8-n20-$k" sendrecv -g 8 -b 8 -e 8 -n 20 -c 1
+      up "ag-t3-n40-$k" allgather -t 3 -b 24 -e 24 -n 40 -c 1
+      up "a2a-t4-n40-$k" alltoall -t 4 -b 32 -e 32 -n 40 -c 1
+    done
+    mrun graph-inproc "$(cells '\.(group|threads)\.graph\.' --devices dev0)" $(($(left) - 10)) -j 4 -b 64 -t 60
     ;;
   staged)
     for round in $(seq 1 "${ROUNDS:-3}"); do
