@@ -9,7 +9,18 @@
  *   collective  allgather alltoall scatter gather, sendrecv (nccl-tests'
  *               sendrecv: each rank sends to rank+1 and receives from rank-1,
  *               both in one group of its own; in place, from and into one
- *               buffer) and broadcast (in place: ncclBcast, one buffer)
+ *               buffer), broadcast (in place: ncclBcast, one buffer),
+ *               alltoallv (ncclAllToAllv, RCCL's: pair (s, d) moves
+ *               ((s + 2d + n) mod 3) * count / 2 elements, so the rank
+ *               count sets an uneven split with zero pairs; each rank's
+ *               send blocks packed by falling peer, its receive blocks by
+ *               rising peer, 5 elements of poison between blocks; out of
+ *               place only: ncclAllToAllv has no in-place form, and the
+ *               matrix has no alltoallv.inplace cells) and
+ *               sendrecv-mismatch (sendrecv whose last call of each round
+ *               has rank 1 receive from rank 0 other than the count rank 0
+ *               sends: 3/4 of it with an even rank count, count + count/4
+ *               + 1 with an odd one; run with CECOLL_CHECK=1)
  *   place       oop, inplace (NCCL's in-place forms; Scatter and Gather use
  *               the in-place rooted layout of ce-protocol.md on EVERY rank:
  *               one buffer buf per rank at the same offset, Scatter
@@ -74,23 +85,35 @@
  *                                      code, never a crash) in every process
  *   2 layout=threads, stream=shared,   shared-stream: two ranks of one process
  *     or stream=null and devices=dev0  on one stream in calls of separate
- *     (dev: a NULL stream per device)  threads (ungrouped, or sendrecv's
- *                                      group of one rank): a call returns
+ *     (dev: a NULL stream per device)  threads (ungrouped, or the group of
+ *                                      one rank of sendrecv, alltoallv and
+ *                                      sendrecv-mismatch): a call returns
  *                                      ncclInvalidUsage, last error mentions
  *                                      "stream"
  *   3 buffers=mixedsym, layout not     contract: ncclInvalidUsage from a call or
- *     group, not sendrecv (no window   ncclCommGetAsyncError whose last error
- *     matters to a send or receive)
- *                                      mentions "symmetric" (data unchecked,
- *                                      but no stream may fault after the
+ *     group, not sendrecv, alltoallv   ncclCommGetAsyncError whose last error
+ *     or sendrecv-mismatch (no window  mentions "symmetric" (data unchecked,
+ *     matters to a send or receive)    but no stream may fault after the
  *                                      abort); in a group every rank's buffers are
  *                                      known, windows or not: right data
- *   4 otherwise                        data: every byte of every allocation
+ *   4 collective=sendrecv-mismatch     unmatched: ncclInvalidUsage from a call
+ *                                      or ncclCommGetAsyncError whose last
+ *                                      error names rank 1's receive #K (-k)
+ *                                      from rank 0 with its bytes and the
+ *                                      send's bytes: CECOLL_CHECK's "rank 1's
+ *                                      receive #2 from rank 0 is 3000 bytes,
+ *                                      rank 0's send #2 to rank 1 is 4004
+ *                                      bytes", or, both sides in one group,
+ *                                      ncclGroupEnd's "... is 3000 bytes, the
+ *                                      matching ncclSend 4004 bytes" (data
+ *                                      unchecked; no hang, no stream fault)
+ *   5 otherwise                        data: every byte of every allocation
  *                                      is right: results, inputs, and the
  *                                      poison around them (128 guard bytes
  *                                      before each region, 64+ after, unused
  *                                      buffers and spare allocations whole)
- * (Ranks in different processes may all use the NULL stream: rule 2 is
+ * (alltoallv's gaps and its zero pairs' places are poison, checked as
+ * such.) (Ranks in different processes may all use the NULL stream: rule 2 is
  * about one process. The NULL stream is one per device: in dev0 cells all
  * ranks are on device 0, so one process's NULL stream is one stream; in
  * dev cells each rank's is its own device's, so threads+null is right
@@ -137,6 +160,10 @@
  *
  * Each cell runs in its own process (posix_spawn of this binary, never a
  * bare fork: the Go runtime is already running), in its own process group.
+ * Ids: the cells of alltoallv and sendrecv-mismatch, which came later, take
+ * theirs after every other cell's (dev0 first again), and pairwise covers
+ * them apart, so every other cell keeps its id and the subset it had.
+ *
  * -b B runs up to B cells of one layout and rank count (and CECOLL_CHECK)
  * one after another in one process and, in process layouts, in the same
  * rank processes: a GPU's context is made once, not per cell (about 0.5 s
@@ -173,7 +200,10 @@
  * chosen among each device value's cells apart (see pairwise_by_device). */
 enum { D_COLL, D_PLACE, D_ROOT, D_BUF, D_LAYOUT, D_EXEC, D_STREAM, D_RANKS, D_DEV, ND };
 #define NPD D_DEV
-enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, NC };
+/* The collectives after C_BROADCAST came later: their cells take ids after
+ * every earlier cell's (all_cells), so those keep theirs. */
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, C_ALLTOALLV, C_MISMATCH, NC };
+#define C_FIRST_LATER C_ALLTOALLV
 enum { P_OOP, P_INPLACE, NP };
 enum { R_NONE, R_ZERO, R_LAST, NR };
 enum { B_UNREG, B_REG, B_WIN, B_SYM, B_MIXED, B_MIXEDSYM, NBUF };
@@ -182,7 +212,8 @@ enum { E_EAGER, E_GRAPH, NE };
 enum { S_OWN, S_TWO, S_NULL, S_SHARED, NS };
 enum { V_DEV0, V_DEVS, NV }; /* every rank on device 0; rank r on device r */
 
-static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
+static const char* const coll_names[NC] = {"allgather", "alltoall", "scatter", "gather",
+                                           "sendrecv",  "broadcast", "alltoallv", "sendrecv-mismatch"};
 static const char* const place_names[NP] = {"oop", "inplace"};
 static const char* const root_names[NR] = {"-", "root0", "rootlast"};
 static const char* const buf_names[NBUF] = {"unreg", "reg", "win", "sym", "mixed", "mixedsym"};
@@ -212,6 +243,14 @@ static void scopy(char* dst, size_t n, const char* src) {
 
 static int is_rooted(int coll) { return coll == C_SCATTER || coll == C_GATHER || coll == C_BROADCAST; }
 
+/* Sends and receives (a group of them per rank): no window decides their
+ * path, only their bytes. */
+static int is_p2p(int coll) { return coll == C_SENDRECV || coll == C_ALLTOALLV || coll == C_MISMATCH; }
+
+/* Cells that run under CECOLL_CHECK=1 (the library reads it when it loads):
+ * the contract cells, and the unmatched sends and receives. */
+static int needs_check(const cell* c) { return c->v[D_BUF] == B_MIXEDSYM || c->v[D_COLL] == C_MISMATCH; }
+
 static void cell_name(const cell* c, char* out, size_t n) {
   char root[16] = "";
   if (c->v[D_ROOT] != R_NONE) snprintf(root, sizeof root, ".%s", root_names[c->v[D_ROOT]]);
@@ -228,6 +267,9 @@ static int lookup(const char* tok, size_t len, const char* const* names, int n) 
 
 static int cell_valid(const cell* c) {
   if (is_rooted(c->v[D_COLL]) != (c->v[D_ROOT] != R_NONE)) return 0;
+  /* ncclAllToAllv has no in-place form (RCCL's neither): a receive may not
+   * share bytes with a send. */
+  if (c->v[D_COLL] == C_ALLTOALLV && c->v[D_PLACE] == P_INPLACE) return 0;
   if (c->v[D_RANKS] < 2 || c->v[D_RANKS] > MAXN) return 0;
   /* 2 processes of one rank each is the proc layout. */
   if (c->v[D_LAYOUT] == L_2PROC && c->v[D_RANKS] < 3) return 0;
@@ -289,7 +331,9 @@ static int cell_parse(const char* s, cell* c) {
 
 /* ---- The rule table ---------------------------------------------------------- */
 
-typedef enum { X_DATA, X_CONTRACT, X_SHARED_STREAM, X_CAPTURE, NX } expect_t;
+/* In the order of their classes: a pair of the pairwise cover is shown by
+ * a cell of the first class that can show it. */
+typedef enum { X_DATA, X_CONTRACT, X_MISMATCH, X_SHARED_STREAM, X_CAPTURE, NX } expect_t;
 
 static const struct rule {
   expect_t x;
@@ -307,10 +351,14 @@ static const struct rule {
                          "two ranks of one process on one stream in calls of separate threads: a call returns "
                          "ncclInvalidUsage, last error mentions \"stream\"",
                          ncclInvalidUsage, "stream"},
-    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym, layout not group, not sendrecv (CECOLL_CHECK=1)",
+    [X_CONTRACT] = {X_CONTRACT, "contract-error", "buffers=mixedsym, layout not group, not sends/receives (CECOLL_CHECK=1)",
                     "ncclInvalidUsage from a call or ncclCommGetAsyncError, last error mentions \"symmetric\"; "
                     "data not checked",
                     ncclInvalidUsage, "symmetric"},
+    [X_MISMATCH] = {X_MISMATCH, "unmatched-error", "collective=sendrecv-mismatch (CECOLL_CHECK=1)",
+                    "ncclInvalidUsage from a call or ncclCommGetAsyncError, last error naming rank 1's receive #k "
+                    "from rank 0, rank 0's send, and both sizes; data not checked",
+                    ncclInvalidUsage, "'s receive #"},
     [X_DATA] = {X_DATA, "data", "otherwise",
                 "right data: every byte of every allocation (results, inputs, guard and poison bytes)", ncclSuccess,
                 NULL},
@@ -324,12 +372,13 @@ static expect_t expected(const cell* c) {
       ((c->v[D_STREAM] == S_NULL && c->v[D_DEV] == V_DEV0) || c->v[D_STREAM] == S_SHARED))
     return X_SHARED_STREAM;
   /* Sends and receives route and plan by their bytes, never their windows. */
-  if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP && c->v[D_COLL] != C_SENDRECV) return X_CONTRACT;
+  if (c->v[D_BUF] == B_MIXEDSYM && c->v[D_LAYOUT] != L_GROUP && !is_p2p(c->v[D_COLL])) return X_CONTRACT;
+  if (c->v[D_COLL] == C_MISMATCH) return X_MISMATCH;
   return X_DATA;
 }
 
 static void print_rules(void) {
-  static const expect_t order[NX] = {X_CAPTURE, X_SHARED_STREAM, X_CONTRACT, X_DATA};
+  static const expect_t order[NX] = {X_CAPTURE, X_SHARED_STREAM, X_CONTRACT, X_MISMATCH, X_DATA};
   printf("outcome rules, the first that matches decides:\n");
   for (int i = 0; i < NX; i++) {
     const struct rule* r = &rules[order[i]];
@@ -410,31 +459,38 @@ static void set_ranks(const char* s) {
 
 /* ---- Cells and the pairwise subset -------------------------------------------- */
 
+/* The later collectives' cells (alltoallv, sendrecv-mismatch) are a second
+ * generation: ids after every earlier cell's, and a pairwise cover of
+ * their own. */
+static int later(const cell* c) { return c->v[D_COLL] >= C_FIRST_LATER; }
+
 /* Every valid cell for the rank list, in a fixed order (the ids): the dev0
  * cells first, so their ids are those of the matrix before the device
- * dimension. */
+ * dimension; the later collectives' after all of those, dev0 first again,
+ * so no earlier cell's id moved. */
 static int all_cells(cell** out) {
   int cap = 1024, n = 0;
   cell* v = (cell*)malloc((size_t)cap * sizeof *v);
   REQUIRE(v != NULL);
-  for (int dv = 0; dv < NV; dv++)
-    for (int ri = 0; ri < opt.nranks && (opt.devs >> dv & 1); ri++)
-      for (int co = 0; co < NC; co++)
-        for (int pl = 0; pl < NP && (opt.ops >> co & 1); pl++)
-          for (int ro = 0; ro < NR; ro++)
-            for (int bu = 0; bu < NBUF; bu++)
-              for (int la = 0; la < NL; la++)
-                for (int ex = 0; ex < NE; ex++)
-                  for (int st = 0; st < NS; st++) {
-                    cell c = {{co, pl, ro, bu, la, ex, st, opt.ranks[ri], dv}};
-                    if (!cell_valid(&c)) continue;
-                    if (n == cap) {
-                      cap *= 2;
-                      v = (cell*)realloc(v, (size_t)cap * sizeof *v);
-                      REQUIRE(v != NULL);
+  for (int gen = 0; gen < 2; gen++)
+    for (int dv = 0; dv < NV; dv++)
+      for (int ri = 0; ri < opt.nranks && (opt.devs >> dv & 1); ri++)
+        for (int co = gen ? C_FIRST_LATER : 0; co < (gen ? NC : C_FIRST_LATER); co++)
+          for (int pl = 0; pl < NP && (opt.ops >> co & 1); pl++)
+            for (int ro = 0; ro < NR; ro++)
+              for (int bu = 0; bu < NBUF; bu++)
+                for (int la = 0; la < NL; la++)
+                  for (int ex = 0; ex < NE; ex++)
+                    for (int st = 0; st < NS; st++) {
+                      cell c = {{co, pl, ro, bu, la, ex, st, opt.ranks[ri], dv}};
+                      if (!cell_valid(&c)) continue;
+                      if (n == cap) {
+                        cap *= 2;
+                        v = (cell*)realloc(v, (size_t)cap * sizeof *v);
+                        REQUIRE(v != NULL);
+                      }
+                      v[n++] = c;
                     }
-                    v[n++] = c;
-                  }
   *out = v;
   return n;
 }
@@ -525,17 +581,19 @@ static int pairwise(const cell* cells, int ncells, int* chosen) {
  * is the subset of the matrix before the device dimension, and the dev
  * cells get a cover of their own (every pair of the other dimensions on
  * devices of their own), not just each dimension's values once beside
- * .dev. In id order (the dev0 cells come first). */
+ * .dev. The later collectives' cells are covered apart the same way, so
+ * the earlier cells' subset is what it was before them. In id order (the
+ * parts' ids are ranges in this order). */
 static int pairwise_by_device(const cell* cells, int ncells, int* chosen) {
   cell* sub = (cell*)malloc(((size_t)ncells + 1) * sizeof *sub);
   int* ids = (int*)malloc(((size_t)ncells + 1) * sizeof *ids);
   int* got = (int*)malloc(((size_t)ncells + 1) * sizeof *got);
   int nchosen = 0;
   REQUIRE(sub && ids && got);
-  for (int dv = 0; dv < NV; dv++) {
+  for (int part = 0; part < 2 * NV; part++) {
     int m = 0, k;
     for (int i = 0; i < ncells; i++)
-      if (cells[i].v[D_DEV] == dv) sub[m] = cells[i], ids[m++] = i;
+      if (later(&cells[i]) == part / NV && cells[i].v[D_DEV] == part % NV) sub[m] = cells[i], ids[m++] = i;
     if (m == 0) continue;
     k = pairwise(sub, m, got);
     for (int i = 0; i < k; i++) chosen[nchosen++] = ids[got[i]];
@@ -583,6 +641,7 @@ typedef struct {
   int n, first, nlocal, mode;
   int K, rounds;
   size_t count, esz, cb, alloc;
+  size_t span; /* bytes of a rank's largest region: n*cb, an alltoallv's blocks and gaps */
   ncclDataType_t dt;
   uint64_t seed;
   ncclUniqueId id;
@@ -682,6 +741,42 @@ static uint64_t hash_name(const char* s) {
 
 static int root_of(const run_t* R) { return R->c.v[D_ROOT] == R_LAST ? R->n - 1 : 0; }
 
+/* alltoallv: pair (s, d) moves ((s + 2d + n) mod 3) * count / 2 elements,
+ * so each rank count has its own uneven split with zero pairs (n = 3: the
+ * self pairs too). A rank packs its send blocks by falling peer, its
+ * receive blocks by rising peer, V_GAP elements apart: a write past a
+ * block lands in a gap (poison, checked), never in a block that a later
+ * copy rewrites. */
+#define V_GAP 5
+
+static size_t v_count(const run_t* R, int s, int d) { return (size_t)((s + 2 * d + R->n) % 3) * R->count / 2; }
+
+/* Displacement (elements) of rank s's send block to d. */
+static size_t v_sdispl(const run_t* R, int s, int d) {
+  size_t at = 0;
+  for (int p = R->n - 1; p > d; p--) at += v_count(R, s, p) + V_GAP;
+  return at;
+}
+
+/* Displacement (elements) of rank r's receive block from s. */
+static size_t v_rdispl(const run_t* R, int r, int s) {
+  size_t at = 0;
+  for (int p = 0; p < s; p++) at += v_count(R, p, r) + V_GAP;
+  return at;
+}
+
+/* Bytes from a rank's first send block to the end of its last. */
+static size_t v_send_span(const run_t* R, int s) { return (v_sdispl(R, s, 0) + v_count(R, s, 0)) * R->esz; }
+
+/* sendrecv-mismatch: rank 1's receive from rank 0 in the last call of each
+ * round (in a graph the last call captured): 3/4 of the count with an even
+ * rank count, the receiver short of the send; count + count/4 + 1 with an
+ * odd one, the receiver waiting for bytes that never come. The k-th
+ * transfer of a pair is #k to the check (from 1): this one is #K. */
+static int mismatched(const run_t* R, int r, int k) { return R->c.v[D_COLL] == C_MISMATCH && r == 1 && k == R->K - 1; }
+
+static size_t mismatch_count(size_t count, int n) { return n % 2 ? count + count / 4 + 1 : count * 3 / 4; }
+
 /* Input bytes of rank r (what its send buffer holds). */
 static size_t in_bytes(const run_t* R, int r) {
   switch (R->c.v[D_COLL]) {
@@ -689,6 +784,7 @@ static size_t in_bytes(const run_t* R, int r) {
     case C_ALLTOALL: return (size_t)R->n * R->cb;
     case C_SCATTER: return r == root_of(R) ? (size_t)R->n * R->cb : 0;
     case C_BROADCAST: return r == root_of(R) ? R->cb : 0;
+    case C_ALLTOALLV: return v_send_span(R, r); /* the blocks are at their displacements, the gaps poison */
     default: return R->cb;
   }
 }
@@ -708,7 +804,7 @@ static void regions(const run_t* R, int r, int* sb, size_t* so, int* rb, size_t*
   *sb = A_R;
   switch (R->c.v[D_COLL]) {
     case C_ALLGATHER: *so = GUARD_BEFORE + (size_t)r * cb; break;
-    case C_ALLTOALL: case C_SENDRECV: case C_BROADCAST: break;
+    case C_ALLTOALL: case C_SENDRECV: case C_MISMATCH: case C_BROADCAST: break;
     case C_SCATTER: *ro = GUARD_BEFORE + (size_t)r * cb; break; /* send = buf, recv = buf + r*count */
     default: *so = GUARD_BEFORE + (size_t)r * cb; break;         /* Gather: recv = buf, send = buf + r*count */
   }
@@ -728,6 +824,13 @@ static void prepare(run_t* R, int t) {
       for (int a = 0; a < NA; a++)
         if (R->mem[l][k][a]) memset(R->want[l][k][a], T_POISON, R->alloc);
       if (in_bytes(R, r)) gen_input(R, r, k, t, R->want[l][k][sb] + so);
+      if (R->c.v[D_COLL] == C_ALLTOALLV) { /* only the blocks are input: the gaps stay poison */
+        unsigned char* in = R->want[l][k][sb] + so;
+        memcpy(R->tmp, in, in_bytes(R, r));
+        memset(in, T_POISON, in_bytes(R, r));
+        for (int d = 0; d < n; d++)
+          memcpy(in + v_sdispl(R, r, d) * R->esz, R->tmp + v_sdispl(R, r, d) * R->esz, v_count(R, r, d) * R->esz);
+      }
       for (int a = 0; a < NA; a++)
         if (R->mem[l][k][a]) CHECK(cecollMemcpy(R->mem[l][k][a], R->want[l][k][a], R->alloc));
       out = R->want[l][k][rb] + ro;
@@ -745,7 +848,13 @@ static void prepare(run_t* R, int t) {
           gen_input(R, root, k, t, R->tmp);
           memcpy(out, R->tmp + (size_t)r * cb, cb);
           break;
-        case C_SENDRECV: gen_input(R, (r + n - 1) % n, k, t, out); break;
+        case C_SENDRECV: case C_MISMATCH: gen_input(R, (r + n - 1) % n, k, t, out); break;
+        case C_ALLTOALLV:
+          for (int i = 0; i < n; i++) {
+            gen_input(R, i, k, t, R->tmp);
+            memcpy(out + v_rdispl(R, r, i) * R->esz, R->tmp + v_sdispl(R, i, r) * R->esz, v_count(R, i, r) * R->esz);
+          }
+          break;
         case C_BROADCAST: gen_input(R, root, k, t, out); break;
         default:
           if (r == root)
@@ -775,13 +884,15 @@ static void verify(run_t* R, const char* when) {
 static cudaStream_t stream_of(const run_t* R, int l, int k) { return R->slot[R->slot_of[l][k % 2]]; }
 
 /* nccl-tests' sendrecv: to rank+1, from rank-1, in one group of the rank
- * (nested in the layout's group where it has one). */
-static ncclResult_t sendrecv(run_t* R, int l, const void* send, void* recv, cudaStream_t st) {
+ * (nested in the layout's group where it has one); call k of
+ * sendrecv-mismatch with rank 1's receive off its send's count. */
+static ncclResult_t sendrecv(run_t* R, int l, int k, const void* send, void* recv, cudaStream_t st) {
   int r = R->first + l, n = R->n;
+  size_t rcount = mismatched(R, r, k) ? mismatch_count(R->count, n) : R->count;
   ncclResult_t res = ncclGroupStart(), end;
   if (res != ncclSuccess) return res;
   res = ncclSend(send, R->count, R->dt, (r + 1) % n, R->comm[l], st);
-  if (res == ncclSuccess) res = ncclRecv(recv, R->count, R->dt, (r + n - 1) % n, R->comm[l], st);
+  if (res == ncclSuccess) res = ncclRecv(recv, rcount, R->dt, (r + n - 1) % n, R->comm[l], st);
   end = ncclGroupEnd();
   return res != ncclSuccess ? res : end;
 }
@@ -799,7 +910,13 @@ static ncclResult_t call(run_t* R, int l, int k) {
     case C_ALLGATHER: return ncclAllGather(send, recv, R->count, R->dt, R->comm[l], st);
     case C_ALLTOALL: return ncclAlltoAll(send, recv, R->count, R->dt, R->comm[l], st);
     case C_SCATTER: return ncclScatter(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
-    case C_SENDRECV: return sendrecv(R, l, send, recv, st);
+    case C_SENDRECV: case C_MISMATCH: return sendrecv(R, l, k, send, recv, st);
+    case C_ALLTOALLV: {
+      size_t sc[MAXN], sd[MAXN], rc[MAXN], rd[MAXN];
+      for (int p = 0; p < R->n; p++)
+        sc[p] = v_count(R, r, p), sd[p] = v_sdispl(R, r, p), rc[p] = v_count(R, p, r), rd[p] = v_rdispl(R, r, p);
+      return ncclAllToAllv(send, sc, sd, recv, rc, rd, R->dt, R->comm[l], st);
+    }
     case C_BROADCAST:
       if (send == recv) return ncclBcast(recv, R->count, R->dt, root_of(R), R->comm[l], st);
       return ncclBroadcast(send, recv, R->count, R->dt, root_of(R), R->comm[l], st);
@@ -898,7 +1015,10 @@ static void run_setup(run_t* R, const cell* c, int first, int nlocal, int mode) 
   R->esz = t_type_size(R->dt);
   R->count = opt.count;
   R->cb = R->count * R->esz;
-  R->alloc = (GUARD_BEFORE + (size_t)R->n * R->cb + 64 + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
+  R->span = (size_t)R->n * R->cb;
+  if (c->v[D_COLL] == C_ALLTOALLV) /* (a pair moves at most count) */
+    R->span = ((size_t)R->n * R->count + (size_t)(R->n - 1) * V_GAP) * R->esz;
+  R->alloc = (GUARD_BEFORE + R->span + 64 + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
              NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
   for (int l = 0; l < nlocal; l++) R->dev[l] = device_of(c, first + l);
   buffer_kinds(R);
@@ -936,7 +1056,7 @@ static void alloc_buffers(run_t* R) {
         REQUIRE(R->want[l][k][a] != NULL);
       }
   }
-  R->tmp = (unsigned char*)malloc((size_t)R->n * R->cb + 1);
+  R->tmp = (unsigned char*)malloc(R->span + 1);
   R->scratch = (unsigned char*)malloc(R->alloc);
   REQUIRE(R->tmp && R->scratch);
 }
@@ -1065,7 +1185,7 @@ static void sync_all(run_t* R, int record, int linger) {
   /* CECOLL_CHECK's watcher compares the ranks' calls a little later, and
    * a call whose violation went unnoticed may still complete: give it a
    * second, once, at the end. */
-  if (R->x == X_CONTRACT && record && linger) {
+  if ((R->x == X_CONTRACT || R->x == X_MISMATCH) && record && linger) {
     double end = mp_now() + 1;
     while (!atomic_load(&R->failed) && mp_now() < end && !async_errors(R, 1)) usleep(2000);
   } else {
@@ -1337,9 +1457,35 @@ typedef struct {
   char problem[400];
 } cell_result;
 
-static int event_matches(const struct rule* ru, const event* e) {
+/* The datatype of cell c (from its name, as every process computes it). */
+static ncclDataType_t cell_type(const cell* c) {
+  static const ncclDataType_t types[4] = {ncclFloat32, ncclInt8, ncclBfloat16, ncclFloat64};
+  char name[96];
+  cell_name(c, name, sizeof name);
+  return types[hash_name(name) % 4];
+}
+
+/* What the error of an unmatched cell must say: rank 1's receive #K from
+ * rank 0 and its bytes, then the send's bytes, as CECOLL_CHECK words it or
+ * as a group words it that holds both sides (ncclGroupEnd matches them by
+ * their numbers before the check sees them). */
+typedef struct {
+  char recv[96], send[96], group[96];
+} mismatch_text;
+
+static void mismatch_words(const cell* c, mismatch_text* w) {
+  size_t esz = t_type_size(cell_type(c));
+  snprintf(w->recv, sizeof w->recv, "rank 1's receive #%d from rank 0 is %zu bytes", opt.calls,
+           mismatch_count(opt.count, c->v[D_RANKS]) * esz);
+  snprintf(w->send, sizeof w->send, "rank 0's send #%d to rank 1 is %zu bytes", opt.calls, opt.count * esz);
+  snprintf(w->group, sizeof w->group, "the matching ncclSend %zu bytes", opt.count * esz);
+}
+
+static int event_matches(const struct rule* ru, const event* e, const mismatch_text* w) {
   if (ru->code != ncclSuccess && e->code != (int)ru->code) return 0;
   if (e->code == (int)ncclSuccess) return 0;
+  if (ru->x == X_MISMATCH)
+    return strstr(e->text, w->recv) && (strstr(e->text, w->send) || strstr(e->text, w->group));
   return !ru->text || strcasestr(e->text, ru->text) != NULL;
 }
 
@@ -1349,6 +1495,7 @@ static int event_allowed(expect_t x, const event* e) {
     case X_CAPTURE: return strcmp(e->where, "capture") == 0;
     case X_SHARED_STREAM: return strcmp(e->where, "call") == 0 && e->code == (int)ncclInvalidUsage;
     case X_CONTRACT:
+    case X_MISMATCH:
       /* A peer learns of the mismatch as a remote error, and its released
        * streams may report one. */
       return e->code == (int)ncclInvalidUsage || e->code == (int)ncclRemoteError ||
@@ -1357,12 +1504,15 @@ static int event_allowed(expect_t x, const event* e) {
   }
 }
 
-static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
+static int judge(const cell* c, const cell_result* cr, char* detail, size_t dn) {
+  const expect_t x = expected(c);
   const struct rule* ru = &rules[x];
+  mismatch_text w;
   const event *first = NULL, *match = NULL, *stray = NULL;
   int first_r = -1, match_r = -1, stray_r = -1, missing = -1, null_captured = -1;
   size_t bad = 0;
   int bad_r = -1;
+  mismatch_words(c, &w);
   for (int r = 0; r < cr->n; r++) {
     const obs* o = &cr->ob[r];
     if (!o->have) {
@@ -1375,8 +1525,8 @@ static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
     for (int i = 0; i < o->nev; i++) {
       const event* e = &o->ev[i];
       if (!first) first = e, first_r = r;
-      if (x != X_DATA && !match && event_matches(ru, e)) match = e, match_r = r;
-      if (x != X_DATA && !stray && !event_matches(ru, e) && !event_allowed(x, e)) stray = e, stray_r = r;
+      if (x != X_DATA && !match && event_matches(ru, e, &w)) match = e, match_r = r;
+      if (x != X_DATA && !stray && !event_matches(ru, e, &w) && !event_allowed(x, e)) stray = e, stray_r = r;
     }
   }
 #define EVFMT "rank %d %s: %s: %.200s"
@@ -1424,8 +1574,9 @@ static int judge(expect_t x, const cell_result* cr, char* detail, size_t dn) {
     for (int r = 0; r < cr->n && ru->text; r++)
       for (int i = 0; i < cr->ob[r].nev; i++)
         if (cr->ob[r].ev[i].code == (int)ru->code) {
-          snprintf(detail, dn, "want %s: %s came, but its last-error text does not mention \"%s\": " EVFMT,
-                   ru->outcome, ncclGetErrorString(ru->code), ru->text, EVARG(r, &cr->ob[r].ev[i]));
+          snprintf(detail, dn, "want %s: %s came, but its last-error text does not mention \"%s\"%s%s: " EVFMT,
+                   ru->outcome, ncclGetErrorString(ru->code), x == X_MISMATCH ? w.recv : ru->text,
+                   x == X_MISMATCH ? " and " : "", x == X_MISMATCH ? w.send : "", EVARG(r, &cr->ob[r].ev[i]));
           return V_FAIL;
         }
     if (first)
@@ -1674,7 +1825,7 @@ static int coordinator(char* const* names, int count) {
                cr->problem[0] ? "; " : "", p, mp_status_string(&ch[p], s, sizeof s), phases[p]);
       }
     }
-    v = judge(rules[expected(&c)].x, cr, detail, sizeof detail);
+    v = judge(&c, cr, detail, sizeof detail);
     rc |= say_verdict(name, v, detail);
     free(cr);
     for (int p = 0; p < P; p++)
@@ -1722,7 +1873,7 @@ static int cell_main(const char* name) {
     cr->ob[r] = R->ob[r];
     cr->ob[r].have = 1;
   }
-  v = judge(R->x, cr, detail, sizeof detail);
+  v = judge(&c, cr, detail, sizeof detail);
   free(cr);
   free(R);
   return say_verdict(name, v, detail);
@@ -1801,7 +1952,7 @@ static void log_tail(const char* path, int lines) {
 
 /* Cells that may share a process: one layout, rank count and CECOLL_CHECK. */
 static int batch_key(const cell* c) {
-  return (c->v[D_LAYOUT] * (MAXN + 1) + c->v[D_RANKS]) * 2 + (c->v[D_BUF] == B_MIXEDSYM);
+  return (c->v[D_LAYOUT] * (MAXN + 1) + c->v[D_RANKS]) * 2 + needs_check(c);
 }
 
 static int start_job(job* j, const cell* cells, const int* ids, int n) {
@@ -1830,9 +1981,9 @@ static int start_job(job* j, const cell* cells, const int* ids, int n) {
   j->t0 = mp_now();
   fflush(stdout);
   fflush(stderr);
-  /* The contract cells run under CECOLL_CHECK=1, which the library reads
-   * when it loads. */
-  return mp_spawn_ex(&j->ch, self_path, args, cells[ids[0]].v[D_BUF] == B_MIXEDSYM ? env : NULL, &so);
+  /* The contract and unmatched cells run under CECOLL_CHECK=1, which the
+   * library reads when it loads. */
+  return mp_spawn_ex(&j->ch, self_path, args, needs_check(&cells[ids[0]]) ? env : NULL, &so);
 }
 
 /* Reads what the job said; returns 1 when a VERDICT line came (it stops
@@ -2170,7 +2321,7 @@ int main(int argc, char** argv) {
     scopy(first, sizeof first, one);
     first[strcspn(first, ",")] = '\0';
     /* CECOLL_CHECK is read when the library loads: start again with it. */
-    if (cell_parse(first, &c) == 0 && c.v[D_BUF] == B_MIXEDSYM && !((v = getenv("CECOLL_CHECK")) && strcmp(v, "1") == 0)) {
+    if (cell_parse(first, &c) == 0 && needs_check(&c) && !((v = getenv("CECOLL_CHECK")) && strcmp(v, "1") == 0)) {
       setenv("CECOLL_CHECK", "1", 1);
       execv("/proc/self/exe", argv);
       t_fatal_at(__FILE__, __LINE__, "execv: %s", strerror(errno));

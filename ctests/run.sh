@@ -32,7 +32,13 @@
 # with --fast), with a 4 KiB staging window and under each chaos seed,
 # and every dev cell of 3 ranks plain (every dev cell: make
 # test-matrix); and the pairwise subset of both
-# with a process per cell; a 10 s watchdog per cell, 4 processes at
+# with a process per cell. The collectives that came later (alltoallv,
+# sendrecv-mismatch under CECOLL_CHECK=1) in rows of their own: their
+# pairwise subset plain and under each chaos seed with a 4 KiB staging
+# window (all of them: make test-matrix), less the in-place
+# sendrecv-mismatch cells of the group layout, which fail today (an open
+# defect of the library: one group's in-place pair of unmatched sizes is
+# not refused; a SKIP line says so). A 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
 # own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
@@ -375,24 +381,54 @@ run_matrix() {
 # one-device pairs): their pairwise subset plain, with a 4 KiB staging
 # window and under each chaos seed, and every dev cell of 3 ranks (a third
 # of them, about 12 s on 2 cores; every dev cell: make test-matrix).
-# The pairwise subset of both with a process per cell.
-run_matrix default all 16 -- --devices dev0
-run_matrix "devices=each" pairwise 16 -- --devices dev
+# The pairwise subset of both with a process per cell. These rows name
+# their collectives: the later ones (alltoallv, sendrecv-mismatch) have
+# rows of their own below, and the ids and pairwise subsets of the rest
+# are what they were before them.
+ops=allgather,alltoall,scatter,gather,sendrecv,broadcast
+run_matrix default all@$ops 16 -- --devices dev0
+run_matrix "devices=each" pairwise@$ops 16 -- --devices dev
 # Broadcast of 1 MiB per rank with a device per rank, 3 and 4 ranks: the
 # chain (each rank forwards the pieces to the next), under chaos.
 run_matrix "devices=each,broadcast-chain" pairwise@broadcast 16 CECOLL_HOST_CHAOS=2 -- --devices dev -r 3,4 -c 262144
 if [ "$mode" = all ]; then
-  run_matrix "pairwise,isolated" pairwise 1
-  run_matrix "devices=each,n3" all 16 -- --devices dev -r 3
+  run_matrix "pairwise,isolated" pairwise@$ops 1
+  run_matrix "devices=each,n3" all@$ops 16 -- --devices dev -r 3
   # A 4 KiB staging window: every staged call takes many rounds, so a rank
   # on the staged path plans other steps than one on a window's.
-  run_matrix "staging=4K" all 16 CECOLL_STAGING_BYTES=4096 -- --devices dev0
-  run_matrix "devices=each,staging=4K" pairwise 16 CECOLL_STAGING_BYTES=4096 -- --devices dev
+  run_matrix "staging=4K" all@$ops 16 CECOLL_STAGING_BYTES=4096 -- --devices dev0
+  run_matrix "devices=each,staging=4K" pairwise@$ops 16 CECOLL_STAGING_BYTES=4096 -- --devices dev
   for seed in 1 2 3; do
     run_matrix "chaos=$seed" all@allgather,alltoall,scatter,gather 16 CECOLL_HOST_CHAOS=$seed -- --devices dev0
     run_matrix "chaos=$seed,pairwise" pairwise@sendrecv,broadcast 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096 \
       -- --devices dev0
-    run_matrix "devices=each,chaos=$seed" pairwise 16 CECOLL_HOST_CHAOS=$seed -- --devices dev
+    run_matrix "devices=each,chaos=$seed" pairwise@$ops 16 CECOLL_HOST_CHAOS=$seed -- --devices dev
+  done
+fi
+# alltoallv (uneven, with zero pairs) and sendrecv-mismatch (a receive
+# whose count differs from its send's, under CECOLL_CHECK=1): their
+# pairwise subset, device 0 and a device per rank, plain and under each
+# chaos seed with a 4 KiB staging window (about 1 s a row on 2 cores;
+# every cell: make test-matrix). The in-place sendrecv-mismatch cells of
+# the group layout are left out: they FAIL today, an open defect of the
+# library (ncclCommInitAll's communicators have no CECOLL_CHECK board, and
+# ncclGroupEnd's matching of a pair skips the size comparison when the
+# receive overlaps the rank's own send, so the unmatched in-place pair
+# completes: on the host device a short receive gets its own count, a
+# long one zeros past the bytes sent).
+# Drop the filter once they pass.
+later=alltoallv,sendrecv-mismatch
+defect='^sendrecv-mismatch[.]inplace[.][a-z]+[.]group[.]'
+later_sel=
+if [ -x "$out/matrix" ]; then
+  later_sel=$("$out/matrix" --list pairwise --ops "$later" 2>/dev/null | awk -v re="$defect" '!($2 ~ re && $3 == "unmatched-error") {print $1}' | paste -sd,)
+  record "later matrix, open defect" SKIP \
+    "$("$out/matrix" --list all --ops "$later" 2>/dev/null | awk -v re="$defect" '$2 ~ re && $3 == "unmatched-error"' | wc -l) in-place sendrecv-mismatch group cells FAIL (unmatched in-place pair in one group not refused); not run here"
+fi
+run_matrix "later,pairwise" "${later_sel:-pairwise}@$later" 16
+if [ "$mode" = all ]; then
+  for seed in 1 2 3; do
+    run_matrix "later,chaos=$seed" "${later_sel:-pairwise}@$later" 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
   done
 fi
 
