@@ -35,10 +35,7 @@
 # with a process per cell. The collectives that came later (alltoallv,
 # sendrecv-mismatch under CECOLL_CHECK=1) in rows of their own: their
 # pairwise subset plain and under each chaos seed with a 4 KiB staging
-# window (all of them: make test-matrix), less the in-place
-# sendrecv-mismatch cells of the group layout, which fail today (an open
-# defect of the library: one group's in-place pair of unmatched sizes is
-# not refused; a SKIP line says so). A 10 s watchdog per cell, 4 processes at
+# window (all of them: make test-matrix). A 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
 # docs/measurements.md, "The matrix's running time"). Then the runner's
 # own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
@@ -409,26 +406,14 @@ fi
 # whose count differs from its send's, under CECOLL_CHECK=1): their
 # pairwise subset, device 0 and a device per rank, plain and under each
 # chaos seed with a 4 KiB staging window (about 1 s a row on 2 cores;
-# every cell: make test-matrix). The in-place sendrecv-mismatch cells of
-# the group layout are left out: they FAIL today, an open defect of the
-# library (ncclCommInitAll's communicators have no CECOLL_CHECK board, and
-# ncclGroupEnd's matching of a pair skips the size comparison when the
-# receive overlaps the rank's own send, so the unmatched in-place pair
-# completes: on the host device a short receive gets its own count, a
-# long one zeros past the bytes sent).
-# Drop the filter once they pass.
+# every cell: make test-matrix). In one thread's group (ncclCommInitAll's
+# communicators, which have no CECOLL_CHECK board) ncclGroupEnd itself
+# compares the sizes of every pair whose both sides it holds.
 later=alltoallv,sendrecv-mismatch
-defect='^sendrecv-mismatch[.]inplace[.][a-z]+[.]group[.]'
-later_sel=
-if [ -x "$out/matrix" ]; then
-  later_sel=$("$out/matrix" --list pairwise --ops "$later" 2>/dev/null | awk -v re="$defect" '!($2 ~ re && $3 == "unmatched-error") {print $1}' | paste -sd,)
-  record "later matrix, open defect" SKIP \
-    "$("$out/matrix" --list all --ops "$later" 2>/dev/null | awk -v re="$defect" '$2 ~ re && $3 == "unmatched-error"' | wc -l) in-place sendrecv-mismatch group cells FAIL (unmatched in-place pair in one group not refused); not run here"
-fi
-run_matrix "later,pairwise" "${later_sel:-pairwise}@$later" 16
+run_matrix "later,pairwise" "pairwise@$later" 16
 if [ "$mode" = all ]; then
   for seed in 1 2 3; do
-    run_matrix "later,chaos=$seed" "${later_sel:-pairwise}@$later" 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
+    run_matrix "later,chaos=$seed" "pairwise@$later" 16 CECOLL_HOST_CHAOS=$seed CECOLL_STAGING_BYTES=4096
   done
 fi
 

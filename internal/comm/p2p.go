@@ -53,8 +53,18 @@ func (c *Comm) P2P(fn Func, buf hip.DevicePtr, count uintptr, dt int32, peer int
 		return c.Refuse(err)
 	}
 	if t.Bytes == 0 {
-		if c.checksP2P() { // CECOLL_CHECK compares it with its match all the same (check.go)
+		switch {
+		case c.checksP2P(): // CECOLL_CHECK compares it with its match all the same (check.go)
 			c.checkPostP2P(&t, c.countP2P(&t))
+		case c.node == nil && checkEnabled():
+			// One process's ranks (no check board) under CECOLL_CHECK:
+			// numbered on every rank alike, and in a group compared with
+			// its match there (matchP2P), so an empty receive against a
+			// send is refused rather than left waiting.
+			seq := c.countP2P(&t)
+			if g := currentGroup(); g != nil {
+				g.p2ps = append(g.p2ps, pendingP2P{c: c, seq: seq, t: t, s: s})
+			}
 		}
 		return nil // no piece, no signal: both sides skip it alike (NCCL: the sizes agree)
 	}
@@ -270,17 +280,17 @@ func (g *group) matchP2P() {
 				continue
 			}
 			s := &g.xfers[j]
+			if s.Bytes != t.Bytes { // first: an in-place pair stages on sizes that must agree too
+				m.err = result.Errorf(result.InvalidUsage,
+					"ncclRecv: rank %d's receive #%d from rank %d is %d bytes, the matching ncclSend %d bytes (NCCL's contract: count and datatype agree)",
+					m.c.rank, g.xseq[i], t.Peer, t.Bytes, s.Bytes)
+				continue
+			}
 			if t.Peer != m.c.rank && g.overlapsSend(m, t) {
 				// In place (nccl-tests' sendrecv): this rank still reads
 				// the buffer for its own send, so the peer may not write
 				// it at will; staged, the engine orders the two (ce
 				// p2p.go, inPlaceOK). Both sides stage: neither is marked.
-				continue
-			}
-			if s.Bytes != t.Bytes {
-				m.err = result.Errorf(result.InvalidUsage,
-					"ncclRecv: rank %d's receive #%d from rank %d is %d bytes, the matching ncclSend %d bytes (NCCL's contract: count and datatype agree)",
-					m.c.rank, g.xseq[i], t.Peer, t.Bytes, s.Bytes)
 				continue
 			}
 			t.PeerBuf, s.PeerBuf = s.Buf, t.Buf
