@@ -36,6 +36,16 @@
  *   abort_parked    the same, but the victim calls ncclCommAbort and lives
  *                   on: the abort reaches the peers (cecoll's bootstrap
  *                   promise: an aborted peer never hangs the rest)
+ *   kill_sendrecv   kill_rank<R> for point-to-point, rank 1 of 3: every rank loops
+ *                   on a ring exchange (a group of ncclSend to rank+1 and
+ *                   ncclRecv from rank-1) of 1 MiB, staged in pieces
+ *                   (CECOLL_STAGING_BYTES=65536); the same checks, and a
+ *                   later ncclSend/ncclRecv group returns the failure too
+ *   sendrecv_timeout 2 processes, CECOLL_TIMEOUT=2: rank 0 sends 1 MiB
+ *                   (staged) and rank 1 never posts the receive; rank 0
+ *                   sees ncclRemoteError within 10 s (async error or a
+ *                   failed call), its stream is released, later calls
+ *                   return it, ncclCommAbort returns promptly on both
  * After each scenario no new entry may be left in /dev/shm.
  *
  * Options: -n 2,3,4,8 process counts; -c 0,1,7,1M counts (elements; "<k>M"
@@ -170,6 +180,7 @@ typedef struct {
   int victim;  /* kill: the rank the parent kills */
   int park;    /* kill: 1 the victim stops calling first, so the survivors' streams block on it;
                 * 2 the same, then it calls ncclCommAbort and stays alive */
+  int sendrecv; /* kill: loop on a ring of ncclSend/ncclRecv instead of AllGathers (op=sendrecv) */
   const char* want; /* init_error: a text the last error must hold */
 } child_cfg;
 
@@ -215,6 +226,12 @@ static void parse_child(int argc, char** argv, child_cfg* c) {
       c->park = atoi(v);
     else if (child_arg(argv[i], "want", &v))
       c->want = v;
+    else if (child_arg(argv[i], "op", &v)) {
+      if (strcmp(v, "sendrecv") == 0)
+        c->sendrecv = 1;
+      else if (strcmp(v, "allgather") != 0)
+        t_fatal_at(__FILE__, __LINE__, "unknown op %s", v);
+    }
     else
       t_fatal_at(__FILE__, __LINE__, "unknown child argument %s", argv[i]);
   }
@@ -696,12 +713,14 @@ static int child_garbage(const child_cfg* c, const char* prog) {
   return t_report(prog);
 }
 
-/* kill: every rank loops on AllGathers; the parent kills the victim. */
+/* kill: every rank loops on AllGathers (or ring exchanges); the parent
+ * kills the victim. */
 typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
   void *send, *recv;
   size_t count;
+  int sendrecv, rank, n; /* sendrecv: a group of ncclSend to rank+1 and ncclRecv from rank-1 */
   atomic_int stop;
   atomic_int failed;    /* a call or a synchronize returned an error */
   atomic_int finished;  /* the loop ended */
@@ -710,10 +729,22 @@ typedef struct {
   ncclResult_t call_res, sync_res;
 } loop_state;
 
+/* One call of the loop on stream: an AllGather, or the ring exchange. */
+static ncclResult_t loop_call(const loop_state* s, size_t count, cudaStream_t stream) {
+  ncclResult_t r, e;
+  if (!s->sendrecv) return ncclAllGather(s->send, s->recv, count, ncclInt8, s->comm, stream);
+  r = ncclGroupStart();
+  if (r != ncclSuccess) return r;
+  r = ncclSend(s->send, count, ncclInt8, (s->rank + 1) % s->n, s->comm, stream);
+  if (r == ncclSuccess) r = ncclRecv(s->recv, count, ncclInt8, (s->rank + s->n - 1) % s->n, s->comm, stream);
+  e = ncclGroupEnd();
+  return r != ncclSuccess ? r : e;
+}
+
 static void* loop_main(void* p) {
   loop_state* s = (loop_state*)p;
   while (!atomic_load(&s->stop)) {
-    ncclResult_t r = ncclAllGather(s->send, s->recv, s->count, ncclInt8, s->comm, s->stream);
+    ncclResult_t r = loop_call(s, s->count, s->stream);
     if (r != ncclSuccess) {
       s->call_res = r;
       atomic_store(&s->failed, 1);
@@ -768,10 +799,33 @@ static int child_kill(const child_cfg* cfg, const char* prog) {
   memset(&s, 0, sizeof s);
   s.comm = w.comm[0];
   s.stream = w.stream[0];
-  s.count = 64 << 10;
+  s.sendrecv = cfg->sendrecv;
+  s.rank = rank;
+  s.n = cfg->n;
+  /* The ring's 1 MiB is many staged pieces (the parent sets the window). */
+  s.count = cfg->sendrecv ? (size_t)1 << 20 : 64 << 10;
   if (rank == cfg->victim && cfg->park) s.park_at = 8; /* the check after KILLED relies on 8 */
   CHECK(ncclMemAlloc(&s.send, s.count));
-  CHECK(ncclMemAlloc(&s.recv, s.count * (size_t)cfg->n));
+  CHECK(ncclMemAlloc(&s.recv, s.count * (size_t)(cfg->sendrecv ? 1 : cfg->n)));
+  if (cfg->sendrecv) {
+    /* One checked ring exchange first: each rank's bytes are its own. */
+    unsigned char* host = malloc(s.count);
+    size_t bad = 0;
+    int from = (rank + cfg->n - 1) % cfg->n;
+    REQUIRE(host != NULL);
+    t_set_case("kill: rank %d of %d: a first ring exchange", rank, cfg->n);
+    for (size_t i = 0; i < s.count; i++) host[i] = (unsigned char)(rank * 131 + i * 7 + (i >> 12));
+    CHECK(cecollMemcpy(s.send, host, s.count));
+    CHECK(cecollMemset(s.recv, 0xa5, s.count));
+    r = loop_call(&s, s.count, s.stream);
+    EXPECT(r == ncclSuccess, "the ring exchange -> %d (%s): %s", (int)r, ncclGetErrorString(r),
+           ncclGetLastError(s.comm));
+    CHECK(cecollStreamSynchronize(s.stream));
+    CHECK(cecollMemcpy(host, s.recv, s.count));
+    for (size_t i = 0; i < s.count; i++) bad += host[i] != (unsigned char)(from * 131 + i * 7 + (i >> 12));
+    EXPECT(bad == 0, "%zu of %zu bytes from rank %d wrong", bad, s.count, from);
+    free(host);
+  }
   t_set_case("kill: rank %d of %d: looping", rank, cfg->n);
   REQUIRE(pthread_create(&th, NULL, loop_main, &s) == 0);
   if (rank == cfg->victim && cfg->park == 2) {
@@ -852,6 +906,11 @@ static int child_kill(const child_cfg* cfg, const char* prog) {
     CHECK(cecollStreamCreate(&other));
     r = ncclAllGather(s.send, s.recv, 1, ncclInt8, s.comm, other);
     EXPECT(r == now, "ncclAllGather after the failure -> %d (%s), want %d", (int)r, ncclGetErrorString(r), (int)now);
+    if (s.sendrecv) {
+      r = loop_call(&s, s.count, other);
+      EXPECT(r == now, "ncclSend/ncclRecv after the failure -> %d (%s), want %d", (int)r, ncclGetErrorString(r),
+             (int)now);
+    }
     r = ncclCommWindowRegister(s.comm, s.recv, s.count, &win, NCCL_WIN_COLL_SYMMETRIC);
     EXPECT(r == now && win == NULL, "ncclCommWindowRegister after the failure -> %d (%s), want %d", (int)r,
            ncclGetErrorString(r), (int)now);
@@ -882,6 +941,120 @@ static int child_kill(const child_cfg* cfg, const char* prog) {
   return t_report(prog);
 }
 
+/* sendrecv_timeout: rank 0 sends and rank 1 never posts the receive. */
+static void* send_main(void* p) {
+  loop_state* s = (loop_state*)p;
+  ncclResult_t r = ncclSend(s->send, s->count, ncclInt8, 1, s->comm, s->stream);
+  if (r != ncclSuccess) {
+    s->call_res = r;
+    atomic_store(&s->failed, 1);
+  } else {
+    r = cecollStreamSynchronize(s->stream);
+    s->sync_res = r;
+    if (r != ncclSuccess) atomic_store(&s->failed, 1);
+  }
+  atomic_store(&s->finished, 1);
+  return NULL;
+}
+
+static int child_sr_timeout(const child_cfg* cfg, const char* prog) {
+  local_world w;
+  loop_state s;
+  pthread_t th;
+  char line[64], self[48];
+  ncclResult_t r, ae = ncclSuccess;
+  double t0, t_detect, t_abort;
+  int rank = cfg->first, joined = 0;
+  const char* text;
+  REQUIRE(cfg->nlocal == 1 && cfg->n == 2);
+  t_set_case("sendrecv_timeout: rank %d: ncclCommInitRank", rank);
+  r = local_init(&w, cfg);
+  if (r != ncclSuccess)
+    t_fatal_at(__FILE__, __LINE__, "ncclCommInitRank -> %d (%s): %s", (int)r, ncclGetErrorString(r),
+               ncclGetLastError(NULL));
+  if (rank != 0) {
+    /* Never posts the receive; leaves when rank 0 is done. */
+    t_set_case("sendrecv_timeout: rank 1: idle");
+    if (mp_hear_parent(line, sizeof line, mp_now() + 60) != 1 || strcmp(line, "DONE") != 0)
+      t_fatal_at(__FILE__, __LINE__, "no DONE line from the parent");
+    CHECK(ncclCommGetAsyncError(w.comm[0], &ae));
+    t_set_case("sendrecv_timeout: rank 1: ncclCommAbort");
+    t0 = mp_now();
+    r = ncclCommAbort(w.comm[0]);
+    EXPECT(r == ncclSuccess, "ncclCommAbort -> %d (%s)", (int)r, ncclGetErrorString(r));
+    EXPECT(mp_now() - t0 < 8, "ncclCommAbort took %.2f s", mp_now() - t0);
+    printf("rank 1: async error %d (%s) when rank 0 was done; ncclCommAbort returned after %.2f s\n", (int)ae,
+           ncclGetErrorString(ae), mp_now() - t0);
+    CHECK(cecollStreamDestroy(w.stream[0]));
+    fflush(stdout);
+    return t_report(prog);
+  }
+  memset(&s, 0, sizeof s);
+  s.comm = w.comm[0];
+  s.stream = w.stream[0];
+  s.count = (size_t)1 << 20; /* many staged pieces: more than one in flight */
+  CHECK(ncclMemAlloc(&s.send, s.count));
+  CHECK(cecollMemset(s.send, 0x5a, s.count));
+  t_set_case("sendrecv_timeout: rank 0: ncclSend with no receiver");
+  t0 = mp_now();
+  REQUIRE(pthread_create(&th, NULL, send_main, &s) == 0);
+  /* The failure, and the stream released: both within 10 s. */
+  while (mp_now() < t0 + 20) {
+    CHECK(ncclCommGetAsyncError(s.comm, &ae));
+    if ((ae != ncclSuccess && ae != ncclInProgress && atomic_load(&s.finished)) || atomic_load(&s.failed)) break;
+    usleep(10000);
+  }
+  t_detect = mp_now();
+  printf("rank 0: after %.2f s: async error %d (%s); send %d, sync %d, %s\n", t_detect - t0, (int)ae,
+         ncclGetErrorString(ae), (int)s.call_res, (int)s.sync_res,
+         atomic_load(&s.finished) ? "stream drained" : "stream still waiting");
+  EXPECT((ae != ncclSuccess && ae != ncclInProgress) || atomic_load(&s.failed),
+         "no error within %.0f s of a send nobody receives (CECOLL_TIMEOUT=2)", t_detect - t0);
+  EXPECT(t_detect - t0 < 10, "the failure seen after %.2f s (CECOLL_TIMEOUT=2; want < 10 s)", t_detect - t0);
+  EXPECT(ae == ncclSuccess || ae == ncclInProgress || ae == ncclRemoteError,
+         "ncclCommGetAsyncError gave %d (%s), want ncclRemoteError", (int)ae, ncclGetErrorString(ae));
+  {
+    /* Every later call returns the failure, named in ncclGetLastError. */
+    ncclResult_t now = ncclSuccess;
+    cudaStream_t other = NULL;
+    t_set_case("sendrecv_timeout: rank 0: calls after the failure");
+    for (double t = mp_now(); mp_now() < t + 10; usleep(10000)) {
+      CHECK(ncclCommGetAsyncError(s.comm, &now));
+      if (now != ncclSuccess && now != ncclInProgress) break;
+    }
+    EXPECT(now == ncclRemoteError, "ncclCommGetAsyncError gave %d (%s), want ncclRemoteError", (int)now,
+           ncclGetErrorString(now));
+    text = ncclGetLastError(s.comm);
+    snprintf(self, sizeof self, "rank 0 of 2");
+    EXPECT(strstr(text, self) != NULL && strstr(text, "failed asynchronously") != NULL,
+           "ncclGetLastError(comm) is \"%s\"", text);
+    CHECK(cecollStreamCreate(&other));
+    r = ncclSend(s.send, 1, ncclInt8, 1, s.comm, other);
+    EXPECT(r == now, "ncclSend after the failure -> %d (%s), want %d", (int)r, ncclGetErrorString(r), (int)now);
+    CHECK(cecollStreamDestroy(other));
+    printf("rank 0: after the failure: %s\n", text);
+  }
+  t_set_case("sendrecv_timeout: rank 0: ncclCommAbort");
+  t_abort = mp_now();
+  r = ncclCommAbort(s.comm);
+  EXPECT(r == ncclSuccess, "ncclCommAbort -> %d (%s): %s", (int)r, ncclGetErrorString(r), ncclGetLastError(NULL));
+  EXPECT(mp_now() - t_abort < 8, "ncclCommAbort took %.2f s", mp_now() - t_abort);
+  printf("rank 0: ncclCommAbort returned after %.2f s\n", mp_now() - t_abort);
+  {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 10;
+    joined = pthread_timedjoin_np(th, NULL, &ts) == 0;
+  }
+  EXPECT(joined, "the sending thread is still blocked 10 s after ncclCommAbort (stream not released)");
+  if (joined) {
+    CHECK(cecollStreamDestroy(s.stream));
+    CHECK(ncclMemFree(s.send));
+  }
+  fflush(stdout);
+  return t_report(prog);
+}
+
 static int child_main(int argc, char** argv) {
   child_cfg c;
   char tag[64];
@@ -893,6 +1066,7 @@ static int child_main(int argc, char** argv) {
   if (strcmp(c.role, "init_error") == 0) return child_init_error(&c, tag, 10);
   if (strcmp(c.role, "garbage") == 0) return child_garbage(&c, tag);
   if (strcmp(c.role, "kill") == 0) return child_kill(&c, tag);
+  if (strcmp(c.role, "sr_timeout") == 0) return child_sr_timeout(&c, tag);
   t_fatal_at(__FILE__, __LINE__, "unknown role %s", c.role);
 }
 
@@ -1104,11 +1278,12 @@ static void scen_settings(const char* name) {
   mp_close(ch, N);
 }
 
-static void scen_kill(const char* name, int n, int victim, int park) {
+/* sendrecv: the ring exchange of 1 MiB in a small staging window (many pieces). */
+static void scen_kill(const char* name, int n, int victim, int park, int sendrecv) {
   mp_child ch[MAX_PROCS];
   char hex[MP_ID_HEX], line[128], st[64], vflag[32], pflag[32];
-  char env_timeout[] = "CECOLL_TIMEOUT=10";
-  char* env[] = {env_watchdog, env_boot, env_timeout, NULL};
+  char env_timeout[] = "CECOLL_TIMEOUT=10", env_staging[] = "CECOLL_STAGING_BYTES=65536";
+  char* env[] = {env_watchdog, env_boot, env_timeout, sendrecv ? env_staging : NULL, NULL};
   double t_kill;
   int looping = 0;
   new_id(hex, NULL);
@@ -1117,7 +1292,8 @@ static void scen_kill(const char* name, int n, int victim, int park) {
   snprintf(vflag, sizeof vflag, "victim=%d", victim);
   snprintf(pflag, sizeof pflag, "park=%d", park);
   for (int p = 0; p < n; p++) {
-    if (spawn_role2(&ch[p], "kill", n, p, 1, hex, "0", 0, 77 + (uint64_t)p, env, vflag, park ? pflag : NULL) != 0)
+    if (spawn_role2(&ch[p], "kill", n, p, 1, hex, "0", 0, 77 + (uint64_t)p, env, vflag,
+                    park ? pflag : sendrecv ? "op=sendrecv" : NULL) != 0)
       EXPECT(0, "%s: spawn", name);
   }
   /* Every rank loops before the victim dies, so it dies mid-collective. */
@@ -1194,12 +1370,33 @@ static void scen_kill(const char* name, int n, int victim, int park) {
   mp_close(ch, n);
 }
 
+/* sendrecv_timeout: rank 0 sends, rank 1 never receives; CECOLL_TIMEOUT=2. */
+static void scen_sr_timeout(const char* name) {
+  mp_child ch[2];
+  char hex[MP_ID_HEX], st[64];
+  char env_timeout[] = "CECOLL_TIMEOUT=2", env_staging[] = "CECOLL_STAGING_BYTES=65536";
+  char* env[] = {env_watchdog, env_boot, env_timeout, env_staging, NULL};
+  new_id(hex, NULL);
+  set_child_env(10);
+  memset(ch, 0, sizeof ch);
+  for (int p = 0; p < 2; p++)
+    if (spawn_role(&ch[p], "sr_timeout", 2, p, 1, hex, "0", 0, 91 + (uint64_t)p, env, NULL) != 0)
+      EXPECT(0, "%s: spawn", name);
+  /* Rank 0 first: it must finish (error seen, abort returned) on its own. */
+  mp_wait_all(&ch[0], 1, deadline_for(40), name);
+  EXPECT(mp_ok(&ch[0]), "%s: the sender: %s", name, mp_status_string(&ch[0], st, sizeof st));
+  mp_send_line(&ch[1], "DONE");
+  mp_wait_all(ch, 2, deadline_for(30), name);
+  EXPECT(mp_ok(&ch[1]), "%s: the idle receiver: %s", name, mp_status_string(&ch[1], st, sizeof st));
+  mp_close(ch, 2);
+}
+
 typedef struct {
   char name[32];
-  int kind, procs, nlocal, victim, park;
+  int kind, procs, nlocal, victim, park, sendrecv;
 } scenario;
 
-enum { S_DATA, S_ID0, S_STRANGER, S_GARBAGE, S_MISSING, S_DUP, S_SETTINGS, S_KILL };
+enum { S_DATA, S_ID0, S_STRANGER, S_GARBAGE, S_MISSING, S_DUP, S_SETTINGS, S_KILL, S_SR_TIMEOUT };
 
 static int build_scenarios(scenario* s, int max) {
   int k = 0;
@@ -1208,6 +1405,7 @@ static int build_scenarios(scenario* s, int max) {
     REQUIRE(k < max);                                                                \
     snprintf(s[k].name, sizeof s[k].name, "%s", nm);                                 \
     s[k].kind = kd, s[k].procs = pr, s[k].nlocal = nl, s[k].victim = vi, s[k].park = 0; \
+    s[k].sendrecv = 0;                                                               \
     k++;                                                                             \
   } while (0)
   for (int i = 0; i < opts.nprocs; i++) {
@@ -1231,6 +1429,9 @@ static int build_scenarios(scenario* s, int max) {
   s[k - 1].park = 1;
   ADD("abort_parked", S_KILL, 3, 1, 0);
   s[k - 1].park = 2;
+  ADD("kill_sendrecv", S_KILL, 3, 1, 1);
+  s[k - 1].sendrecv = 1;
+  ADD("sendrecv_timeout", S_SR_TIMEOUT, 2, 1, -1);
 #undef ADD
   return k;
 }
@@ -1261,7 +1462,8 @@ static void run_scenario(const scenario* s) {
       break;
     }
     case S_SETTINGS: scen_settings(s->name); break;
-    case S_KILL: scen_kill(s->name, s->procs, s->victim, s->park); break;
+    case S_KILL: scen_kill(s->name, s->procs, s->victim, s->park, s->sendrecv); break;
+    case S_SR_TIMEOUT: scen_sr_timeout(s->name); break;
   }
   mp_dir_snapshot("/dev/shm", &after);
   nnew = mp_dir_new(&before, &after, fresh, sizeof fresh);
