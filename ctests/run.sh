@@ -258,7 +258,7 @@ lsan_args=(-r 2,3,9 -c 0,7 -l 0 -g 2 -q)
 # test_multiproc has its own options (ctests/README.md): the reduced rows
 # keep every data path and the kills, and leave the bootstrap refusals
 # (which neither caps nor chaos touch) to the default row.
-mp_reduced_args=(-c 0,7,1M -q -X data_n2,data_n3,data_n4,data_n8,data_2x2,control_1x3,kill_rank2,kill_parked,abort_parked)
+mp_reduced_args=(-c 0,7,1M -q -X data_n2,data_n3,data_n4,data_n8,data_2x2,control_1x3,kill_rank2,kill_parked,abort_parked,kill_sendrecv,sendrecv_timeout)
 
 for t in $tests; do
   run_one default "$t" "$out" CECOLL_TEST_ROW=default -- "${full_args[@]}"

@@ -494,7 +494,12 @@ func (e *Engine) p2pSignal(s hip.Stream, kind, q int) error {
 		e.ops = append(e.ops, hip.WriteValue32(dst, *cnt))
 		return nil
 	}
+	// Credits go from the receives' stream, data from the sends': each
+	// stream's copied signals have a word of their own (they may run at once).
 	src := g.local(localSrc)
+	if kind == sigCredit {
+		src = g.local(localCreditSrc)
+	}
 	e.ops = append(e.ops, hip.WriteValue32(src, *cnt))
 	if err := e.submit(s); err != nil {
 		return err

@@ -213,6 +213,12 @@ func TestP2PBatches(t *testing.T) {
 		{"plain", func(int) worldOpts { return worldOpts{} }},
 		{"chaos", func(n int) worldOpts { return worldOpts{chaos: int64(30 + n)} }},
 		{"onedevice-chaos", func(n int) worldOpts { return worldOpts{chaos: int64(40 + n), devices: 1} }},
+		// Eager signals as copies of a local word (B5), with the receives
+		// on the side stream (a device each): the two streams' signals
+		// must not share that word.
+		{"copyflags-chaos", func(n int) worldOpts {
+			return worldOpts{chaos: int64(50 + n), caps: &hip.Caps{BatchCopy: true, CopyAttributes: true, PeerWriteValue: false}}
+		}},
 	}
 	for _, wo := range worlds {
 		for _, n := range []int{2, 3, 4} {

@@ -112,10 +112,11 @@ func newLayout(n int) layout {
 }
 
 const (
-	localSrc     = 0 // the value an eager copied signal carries
-	localScratch = 1 // the warm-up's word
-	localOne     = 2 // 1: what captured signals without pairs copy
-	localWords   = 3
+	localSrc       = 0 // the value an eager copied signal carries
+	localScratch   = 1 // the warm-up's word
+	localOne       = 2 // 1: what captured signals without pairs copy
+	localCreditSrc = 3 // the value of an eager copied p2p credit (the receives' stream, p2p.go)
+	localWords     = 4
 )
 
 // Pair sets, and the words of a pair.
