@@ -405,64 +405,53 @@ func TestP2PRefusals(t *testing.T) {
 		requireCode(t, result.InvalidUsage, GroupEnd())
 		require.NoError(t, c[0].AsyncError(), "one rank: no peer to mislead")
 	})
-	t.Run("sizes differ", func(t *testing.T) {
+	// groupRefused issues one thread's group of two ranks' transfers,
+	// which ncclGroupEnd must refuse with want in its text; the world fails.
+	groupRefused := func(t *testing.T, want string, issue func(c []*Comm)) {
 		c := fresh(2)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		require.NoError(t, GroupStart())
-		require.NoError(t, c[0].P2P(FuncSend, buf, 8, 0, 1, s))
-		require.NoError(t, c[1].P2P(FuncRecv, buf+512, 4, 0, 0, s))
+		issue(c)
 		err := GroupEnd()
 		requireCode(t, result.InvalidUsage, err)
-		require.Contains(t, err.Error(), "8 bytes")
+		require.Contains(t, err.Error(), want)
 		failed(t, c)
+	}
+	t.Run("sizes differ", func(t *testing.T) {
+		groupRefused(t, "8 bytes", func(c []*Comm) {
+			require.NoError(t, c[0].P2P(FuncSend, buf, 8, 0, 1, s))
+			require.NoError(t, c[1].P2P(FuncRecv, buf+512, 4, 0, 0, s))
+		})
 	})
 	// In place (each rank sends and receives one buffer, nccl-tests'
 	// sendrecv) the pair stages, and its sizes must agree as well.
 	t.Run("sizes differ in place", func(t *testing.T) {
-		c := fresh(2)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		require.NoError(t, GroupStart())
-		for r := range 2 {
-			b := buf + hip.DevicePtr(r*512)
-			require.NoError(t, c[r].P2P(FuncSend, b, 64, 0, 1-r, s))
-			require.NoError(t, c[r].P2P(FuncRecv, b, uintptr(64-16*r), 0, 1-r, s))
-		}
-		err := GroupEnd()
-		requireCode(t, result.InvalidUsage, err)
-		require.Contains(t, err.Error(), "48 bytes")
-		failed(t, c)
+		groupRefused(t, "48 bytes", func(c []*Comm) {
+			for r := range 2 {
+				b := buf + hip.DevicePtr(r*512)
+				require.NoError(t, c[r].P2P(FuncSend, b, 64, 0, 1-r, s))
+				require.NoError(t, c[r].P2P(FuncRecv, b, uintptr(64-16*r), 0, 1-r, s))
+			}
+		})
 	})
 	// Under CECOLL_CHECK an empty receive of one thread's group meets its
 	// send there: refused, not left to CECOLL_TIMEOUT.
 	t.Run("empty receive against a send, CECOLL_CHECK", func(t *testing.T) {
 		t.Setenv("CECOLL_CHECK", "1")
-		c := fresh(2)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		require.NoError(t, GroupStart())
-		require.NoError(t, c[0].P2P(FuncSend, buf, 8, 0, 1, s))
-		require.NoError(t, c[1].P2P(FuncRecv, buf+512, 0, 0, 0, s))
-		err := GroupEnd()
-		requireCode(t, result.InvalidUsage, err)
-		require.Contains(t, err.Error(), "is 0 bytes, the matching ncclSend 8 bytes")
-		failed(t, c)
+		groupRefused(t, "is 0 bytes, the matching ncclSend 8 bytes", func(c []*Comm) {
+			require.NoError(t, c[0].P2P(FuncSend, buf, 8, 0, 1, s))
+			require.NoError(t, c[1].P2P(FuncRecv, buf+512, 0, 0, 0, s))
+		})
 	})
 	t.Run("partly in place", func(t *testing.T) {
-		c := fresh(2)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		require.NoError(t, GroupStart())
-		for r := range 2 {
-			b := buf + hip.DevicePtr(r*512)
-			require.NoError(t, c[r].P2P(FuncSend, b, 64, 0, 1-r, s))
-			require.NoError(t, c[r].P2P(FuncRecv, b+4, 64, 0, 1-r, s))
-		}
-		err := GroupEnd()
-		requireCode(t, result.InvalidUsage, err)
-		require.Contains(t, err.Error(), "shares bytes")
-		failed(t, c)
+		groupRefused(t, "shares bytes", func(c []*Comm) {
+			for r := range 2 {
+				b := buf + hip.DevicePtr(r*512)
+				require.NoError(t, c[r].P2P(FuncSend, b, 64, 0, 1-r, s))
+				require.NoError(t, c[r].P2P(FuncRecv, b+4, 64, 0, 1-r, s))
+			}
+		})
 	})
 	t.Run("shared stream alone", func(t *testing.T) {
 		c := fresh(2)
