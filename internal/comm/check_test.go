@@ -285,10 +285,7 @@ func TestCheckP2P(t *testing.T) {
 				}
 				return
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for comms[1].AsyncError() == nil && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
+			awaitAsyncErrors(comms, 5*time.Second)
 			for _, c := range comms {
 				err := c.AsyncError()
 				requireCode(t, result.InvalidUsage, err)
@@ -369,10 +366,7 @@ func TestCheckAlltoAllv(t *testing.T) {
 		return c.AlltoAllv(buf, sc, []uintptr{0, 4}, buf+32, []uintptr{4, 4}, []uintptr{0, 4}, 2, streams[r])
 	})
 	require.NoError(t, firstError(errs))
-	deadline := time.Now().Add(5 * time.Second)
-	for comms[1].AsyncError() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	awaitAsyncErrors(comms, 5*time.Second)
 	for _, c := range comms {
 		err := c.AsyncError()
 		requireCode(t, result.InvalidUsage, err)
@@ -382,5 +376,17 @@ func TestCheckAlltoAllv(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	for r := range 2 {
 		_ = rt.StreamSynchronize(streams[r]) // returns: the failure released its waits
+	}
+}
+
+// awaitAsyncErrors waits until every rank reports its asynchronous error,
+// or d passes. Each rank learns of a failure on its own watcher's scan, so
+// waiting for the rank that found it leaves the other a few ms behind.
+func awaitAsyncErrors(comms []*Comm, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, c := range comms {
+		for c.AsyncError() == nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
