@@ -13,7 +13,7 @@ import (
 	"cecoll/internal/hip"
 )
 
-// The regression tests of the seed's defects (shared/design/ce-protocol.md,
+// The regression tests of the seed's defects (docs/protocol.md#defects-of-the-seed,
 // B1..B19), each asserting the fixed invariant against the engine as
 // shipped. Each has a mutant in mutants/ that undoes its fix; `make
 // test-mutants` checks that the test then fails.
