@@ -1,14 +1,23 @@
 # cecoll: build, run, test, install.
 #   make          build/libcecoll.so (a link to libcecoll.so.$(VERSION)) and build/include/cecoll/
-#   make run      the main job: all four collectives on 4 ranks (host device, or the GPU where present),
-#                 with build/perf.json and the plot build/perf.png
-#   make plot     the same sweep, rendered by build/cecoll-plot as a separate step (needs Go's module proxy once)
+#   make help     this list
+#   make run      the main job: every cecoll-perf operation on 4 ranks (host device, or the GPU where
+#                 present): nccl-tests' table, build/perf.json and its plot build/perf.png
+#   make perf     the same sweep without the plot: build/perf.json (PERF_JSON=...)
+#   make plot     renders an existing build/perf.json (PERF_JSON=...) as build/perf.png (PERF_PNG=...),
+#                 no new sweep; build/cecoll-plot needs Go's module proxy once
 #   make test     Go tests (host device, with and without chaos, -race), the C tests, the READMEs' examples,
-#                 cecoll-perf's format, the Python tests
-#   make test-matrix  the whole correctness matrix on the host device (ctests/README.md)
+#                 cecoll-perf's format, the Python tests; each part alone: make test-lint, test-layout,
+#                 test-go, test-race, test-chaos, test-c, test-readme, test-perf, test-python
+#   make test-matrix   the whole correctness matrix on the host device (ctests/README.md)
+#   make test-mutants  every defect test must fail with its fix undone (a few minutes; docs/protocol.md)
 #   make fuzz     every fuzz target of the peer-facing decoders, FUZZTIME each (make test runs their seeds)
+#   make bench-mpi     the OpenMPI baseline, where mpicc exists
 #   make install  PREFIX=/usr/local   the library and its links, include/cecoll/, CMake and pkg-config files
-#   make install-dropin PREFIX=/usr/local   cecoll as libnccl.so.2 and librccl.so.1 in $(PREFIX)/lib/cecoll-dropin
+#   make install-dropin PREFIX=/usr/local   cecoll as libnccl.so.2 and librccl.so.1 in $(PREFIX)/lib/cecoll-dropin,
+#                 then prints the LD_LIBRARY_PATH line that puts it in front of a program's NCCL
+#   make dropin   those two drop-in copies in build/dropin/ only
+#   make clean    removes build/
 
 GO      ?= go
 CC      ?= gcc
@@ -28,15 +37,22 @@ CFILES  := $(wildcard export/*.c export/*.h) export/exports.map include/nccl.h i
 PERF    := $(BUILD)/cecoll-perf
 # cecoll-plot is its own Go module (tools/plot/go.mod): gonum/plot stays out of the library's go.mod.
 PLOT    := $(BUILD)/cecoll-plot
-# make run / make plot: a short sweep of the four collectives on 4 ranks.
+# make run / make perf: a short sweep of every operation on 4 ranks.
 RUN_ARGS ?= -g 4 -b 32 -e 32M -f 4 -n 10 -w 2 -c 1 -R 2
+# The sweep's JSON (make run, make perf write it; make plot reads it) and its plot.
+PERF_JSON ?= $(BUILD)/perf.json
+PERF_PNG  ?= $(BUILD)/perf.png
 
 # Go's own exported symbols stay hidden: only nccl*, pnccl* and cecoll* leave the library.
 LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/export/exports.map -Wl,-soname,$(SONAME)"
 
-.PHONY: all run plot bench-mpi test test-lint test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
+.PHONY: all help run perf plot bench-mpi test test-lint test-layout test-readme test-perf test-go test-race test-chaos test-c test-python test-matrix install install-dropin dropin clean test-mutants fuzz
 
 all: $(LIB) $(HEADERS) $(PKGFILES)
+
+# The list at the top of this file.
+help:
+	@sed -n '2,/^$$/s/^#//p' $(firstword $(MAKEFILE_LIST)) | sed -e 's|$$(VERSION)|$(VERSION)|g' -e 's|$$(PREFIX)|$(PREFIX)|g'
 
 $(LIBFILE): $(GOFILES) $(CFILES) VERSION
 	@mkdir -p $(BUILD)
@@ -67,7 +83,7 @@ $(BUILD)/pkgconfig/cecoll.pc: cmake/cecoll.pc.in VERSION
 $(PERF): tools/perf/cecoll_perf.c include/nccl.h include/nccl_ce.h $(LIB)
 	$(CC) -O2 -Wall -Werror -Iinclude -o $@ $< -L$(BUILD) -lcecoll -Wl,-rpath,'$$ORIGIN' -lpthread -lm
 
-# Issue 5's OpenMPI baseline: built only where mpicc exists (Debian: openmpi-bin libopenmpi-dev).
+# The OpenMPI baseline: built only where mpicc exists (Debian: openmpi-bin libopenmpi-dev).
 MPICC ?= mpicc
 MPIBENCH := $(BUILD)/mpi-coll-bench
 $(MPIBENCH): lab/mpi/mpi_coll_bench.c
@@ -88,13 +104,19 @@ $(PLOT): $(wildcard tools/plot/*.go) tools/plot/go.mod tools/plot/go.sum
 
 # cecoll-perf runs build/cecoll-plot itself for --plot.
 run: all $(PERF) $(PLOT)
-	$(PERF) $(RUN_ARGS) --json $(BUILD)/perf.json --plot $(BUILD)/perf.png
-	@echo "plot: $(BUILD)/perf.png"
+	$(PERF) $(RUN_ARGS) --json $(PERF_JSON) --plot $(PERF_PNG)
+	@echo "plot: $(PERF_PNG)"
 
-plot: all $(PERF) $(PLOT)
-	$(PERF) $(RUN_ARGS) --json $(BUILD)/perf.json
-	$(PLOT) -in $(BUILD)/perf.json -out $(BUILD)/perf.png
-	@echo "plot: $(BUILD)/perf.png"
+# The sweep alone; make plot renders it.
+perf: all $(PERF)
+	$(PERF) $(RUN_ARGS) --json $(PERF_JSON)
+	@echo "sweep: $(PERF_JSON) (make plot renders it)"
+
+# Renders a sweep already made (make run, make perf, or one copied from a GPU machine): no new run.
+plot: $(PLOT)
+	@test -f $(PERF_JSON) || { echo "make plot: no $(PERF_JSON): run make perf (or make run) first, or name a sweep's JSON: make plot PERF_JSON=FILE"; exit 1; }
+	$(PLOT) -in $(PERF_JSON) -out $(PERF_PNG)
+	@echo "plot: $(PERF_PNG)"
 
 test: test-lint test-layout test-go test-race test-chaos test-c test-readme test-perf test-python
 	@echo "make test: all parts passed"
@@ -172,7 +194,7 @@ test-c: all dropin
 
 # The correctness matrix (ctests/matrix.c): every cell under a watchdog, 16 cells per
 # process (-b). Hung cells sleep rather than spin, so more run at once than there are cores
-# (docs/measurements.md, "The matrix's running time"). make test runs it too (ctests/run.sh).
+# (docs/performance.md). make test runs it too (ctests/run.sh).
 # $ORIGIN/.. finds libcecoll.so in build/, also where the tree was copied (a GPU machine).
 MATRIX := $(BUILD)/ctests/matrix
 MATRIX_ARGS ?= -j 6 -b 16 -t 10
@@ -239,7 +261,9 @@ dropin: $(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1
 install-dropin: dropin
 	install -d $(DESTDIR)$(PREFIX)/lib/cecoll-dropin
 	install -m 0755 $(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1 $(DESTDIR)$(PREFIX)/lib/cecoll-dropin/
-	@echo "drop-in: LD_LIBRARY_PATH=$(PREFIX)/lib/cecoll-dropin:\$$LD_LIBRARY_PATH <program>"
+	@echo "drop-in: libnccl.so.2 and librccl.so.1 installed in $(DESTDIR)$(PREFIX)/lib/cecoll-dropin; run a program on them with"
+	@echo "  LD_LIBRARY_PATH=$(PREFIX)/lib/cecoll-dropin:\$$LD_LIBRARY_PATH <program>"
+	@echo "(a program that names its NCCL in DT_RPATH, as torch's wheels do: LD_PRELOAD=$(PREFIX)/lib/cecoll-dropin/libnccl.so.2 <program>)"
 
 clean:
 	rm -rf $(BUILD)
