@@ -17,6 +17,11 @@ Finding the library: $CECOLL_LIBRARY when set (and only it: the file, or
 libcecoll.so in it when it is a folder such as build/), else
 libcecoll.so next to the package, else the repository's build/ folder.
 
+Versions: cecoll.version() is cecoll's own ("0.1.0"), read from the loaded
+library; cecoll.nccl_version() the NCCL API version the library reports
+(ncclGetVersion: 22809 for NCCL 2.28.9; in forward mode the real library's);
+cecoll.__version__ this package's, which needs no library.
+
 Errors: every ncclResult_t other than ncclSuccess raises CecollError, with
 .result (int), .name (e.g. "ncclInvalidArgument") and .last_error (the
 ncclGetLastError text). Bad arguments caught in Python (wrong dtype, size,
@@ -54,7 +59,8 @@ Process rules (the library carries a Go runtime):
   barrier() before destroy() and let that process exit last).
 """
 
-from ._lib import CecollError, NCCL_UNIQUE_ID_BYTES, backend, library_path, version
+from ._lib import PACKAGE_VERSION as __version__
+from ._lib import CecollError, NCCL_UNIQUE_ID_BYTES, backend, library_path, nccl_version, version
 from .group import (
     P2POp,
     ProcessGroup,
@@ -78,6 +84,7 @@ __all__ = [
     "get_unique_id",
     "library_path",
     "nccl_dtype",
+    "nccl_version",
     "share_id_via_file",
     "share_id_via_store",
     "share_id_via_tcp_store",

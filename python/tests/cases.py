@@ -43,6 +43,8 @@ P2P_CASES = (
     "p2p/all_to_all_uneven",
     "bcast/every_root",
 )
+# The library's versions, read by a rank that loaded it (run_versions).
+INFO_CASES = ("api/versions",)
 ERROR_CASES = (
     "error/nccl_bad_datatype",
     "error/size_mismatch",
@@ -73,7 +75,7 @@ def collective_cases():
 
 
 def case_names():
-    return [c[0] for c in collective_cases()] + list(P2P_CASES) + list(ERROR_CASES)
+    return [c[0] for c in collective_cases()] + list(P2P_CASES) + list(INFO_CASES) + list(ERROR_CASES)
 
 
 def rand(name, rank, shape, dtype):
@@ -415,6 +417,30 @@ def check_alloc_release(pg):
     return None
 
 
+def repo_version():
+    """The VERSION file of the repository these tests are part of."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "VERSION")) as f:
+        return f.read().strip()
+
+
+def run_versions():
+    """cecoll.version() is cecoll's own version, the VERSION file's, and
+    cecoll.nccl_version() the NCCL API's (nccl.h: 2.28.x), apart."""
+    import cecoll
+
+    v, api = cecoll.version(), cecoll.nccl_version()
+    if v != repo_version():
+        return "cecoll.version() = %r, VERSION holds %r" % (v, repo_version())
+    if v != cecoll.__version__:
+        return "cecoll.version() = %r, the package's __version__ = %r" % (v, cecoll.__version__)
+    if not isinstance(api, int) or not 22800 <= api < 22900:
+        return "cecoll.nccl_version() = %r, expected NCCL 2.28's code (22800..22899)" % (api,)
+    return None
+
+
 def session(rank, world_size, outdir, share):
     """One rank of a test session: makes the group, runs every case."""
     import cecoll
@@ -438,6 +464,11 @@ def session(rank, world_size, outdir, share):
             except Exception:
                 err = traceback.format_exc()
             rec.record(name, err)
+        try:
+            err = run_versions()
+        except Exception:
+            err = traceback.format_exc()
+        rec.record("api/versions", err)
         with cecoll.ProcessGroup(0, 1, cecoll.get_unique_id()) as solo:
             run_errors(solo, rec)
         pg.barrier()  # every rank is past its collectives: rank 0's refusal fails no pending call
