@@ -423,7 +423,7 @@ typedef struct {
 
 static int is_inplace(const t_coll* c, int r) { return (int)((c->inplace_ranks >> r) & 1u); }
 
-/* Buffer shapes and pointers of each collective; see ce-protocol.md. */
+/* Buffer shapes and pointers of each collective; see docs/protocol.md#buffers-and-blocks. */
 static void coll_layout(coll_state* s) {
   const t_coll* c = s->c;
   int n = s->w->n;
@@ -489,7 +489,8 @@ static void coll_layout(coll_state* s) {
   /* Windows are symmetric (NCCL's contract): every rank passes its buffer
    * at the same offset of the same window, and cecoll relies on it to find
    * peers' buffers without asking them. The rooted in-place forms use the
-   * layout NCCL's own CE code and nccl-tests use (ce-protocol.md): one
+   * layout NCCL's own CE code and nccl-tests use
+   * (docs/protocol.md#the-in-place-rooted-layout): one
    * buffer per rank; Scatter passes send = buf, recv = buf + rank*count on
    * every rank, Gather recv = buf, send = buf + rank*count. Unregistered
    * buffers, and any buffers when one thread issues every rank's call in one

@@ -22,7 +22,8 @@
  *               sends: 3/4 of it with an even rank count, count + count/4
  *               + 1 with an odd one; run with CECOLL_CHECK=1)
  *   place       oop, inplace (NCCL's in-place forms; Scatter and Gather use
- *               the in-place rooted layout of ce-protocol.md on EVERY rank:
+ *               the in-place rooted layout of
+ *               docs/protocol.md#the-in-place-rooted-layout on EVERY rank:
  *               one buffer buf per rank at the same offset, Scatter
  *               send=buf recv=buf+rank*count, Gather recv=buf
  *               send=buf+rank*count; the same layout for every buffer kind)

@@ -360,9 +360,9 @@ static void case_shape(const mcase* c, int n, shape* s) {
 /* Rank r's buffers and how many input bytes it sends. Windows are
  * symmetric (NCCL's contract): every rank passes its buffer at the same
  * offset of the same window. The rooted in-place forms use NCCL's layout
- * (ce-protocol.md) on windows: one buffer per rank; Scatter passes send =
- * buf, recv = buf + rank*count on every rank, Gather recv = buf, send = buf +
- * rank*count. */
+ * (docs/protocol.md#the-in-place-rooted-layout) on windows: one buffer per
+ * rank; Scatter passes send = buf, recv = buf + rank*count on every rank,
+ * Gather recv = buf, send = buf + rank*count. */
 static void case_refs(const mcase* c, int n, const shape* s, int r, ref* send, ref* recv, size_t* in_bytes) {
   size_t cb = s->cb;
   int root_ip = c->inplace && (c->func == ncclFuncScatter || c->func == ncclFuncGather);

@@ -61,10 +61,11 @@ type prepared struct {
 
 // prepare allocates and fills this rank's buffers for c (collective:
 // every rank calls it in step). In-place forms use NCCL's layouts, the
-// rooted ones ce-protocol.md's (one buffer buf per rank; Scatter: send =
-// buf, recv = buf + rank*chunk; Gather: recv = buf, send = buf +
-// rank*chunk, on every rank). The whole allocation is checked afterwards,
-// so a copy that lands anywhere else shows.
+// rooted ones that of docs/protocol.md#the-in-place-rooted-layout (one
+// buffer buf per rank; Scatter: send = buf, recv = buf + rank*chunk;
+// Gather: recv = buf, send = buf + rank*chunk, on every rank). The whole
+// allocation is checked afterwards, so a copy that lands anywhere else
+// shows.
 func (r *rankEnv) prepare(c collCase) prepared {
 	n, me := r.w.n, r.rank
 	chunk := c.count * eltSizes[c.dtype]

@@ -2,8 +2,8 @@
 // AlltoAll, Scatter and Gather moved by the GPU's DMA copy engines and
 // ordered by signals between the ranks' streams. It reimplements the
 // algorithm of RCCL's port of NCCL's src/ce_coll.cc without that file's
-// defects (B1..B19 in shared/design/ce-protocol.md, each pinned by a test in
-// b_test.go and a mutant in mutants/).
+// defects (B1..B19, docs/protocol.md#defects-of-the-seed), each pinned by a
+// test in b_test.go and a mutant in mutants/.
 //
 // A collective is a plan (plan.go: the path to the peers' buffers, which
 // blocks move where, who copies, and the syncs around the copies), computed
