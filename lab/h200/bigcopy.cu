@@ -11,7 +11,8 @@
 //   sync      pieces inside the protocol's round trip: each rank records, waits for every
 //             peer's record, copies, records, waits for every peer's (two hops per iteration)
 //   syncsplit sync with split2's copies
-//   seed      the native reference of issue 6: the seed's eager round (ncclMemOpSync, UC): per
+//   seed      the native reference: the seed's eager round (NCCL 2.28.3's src/ce_coll.cc,
+//             ncclMemOpSync, UC; docs/protocol.md): per
 //             rank one cuStreamBatchMemOp of N-1 write-values into the peers' ready words and
 //             N-1 waits (EQ) on its own, a batch of the pushes, then the same on the complete
 //             words (sequence numbers never repeat, so no resets: its cheapest form)

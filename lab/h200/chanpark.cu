@@ -13,7 +13,7 @@
 // (stalls from P=8 mean the driver read the variable at cuInit). CHANPARK_GRAPH=1: each parked
 // stream's work is captured into a graph and launched on it (CHANPARK_REPLAYS=R: R times);
 // CHANPARK_TRACE=1 prints a line per launch (a launch can block on the host).
-// Which resource does a parked graph hold (tenth session)? CHANPARK_PREINST=1 instantiates every
+// Which resource does a parked graph hold? CHANPARK_PREINST=1 instantiates every
 // graph before the first launch; CHANPARK_UPLOAD=1 also uploads each (cudaGraphUpload, then a
 // sync) before the first launch; CHANPARK_IDLE=X creates X more streams that never get work.
 // Build on the GPU machine: nvcc -O2 -o chanpark lab/h200/chanpark.cu -lcuda

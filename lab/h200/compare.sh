@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2046 # the argument helpers' words are split on purpose
 # lab/h200/compare.sh: two builds of the library side by side on one H200, in alternating rounds:
 # the 256 MiB floors (cecoll-perf -g N of each of the four collectives at 256 MiB per rank, out of and in place, N = 2, 4, 8:
 # %ceil) and the 8 B graph replays (lib.sh's g8args, N = 2, 4, 8: us). "new" is build/, the other
@@ -11,7 +12,7 @@
 # Knobs: ROUNDS (3), NS ("2 4 8"), BASE (base), BUDGET (seconds, 560): a stage stops early when
 # too little is left, and the summary says how many rounds ran.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 source lab/h200/lib.sh
 begin compare
 B=${BASE:-base}

@@ -1,4 +1,4 @@
-/* cushim.c: a counting libcuda.so.1 for issue 6's host-cost split. Put
+/* cushim.c: a counting libcuda.so.1 that splits hostcost's time. Put
  * first on LD_LIBRARY_PATH, it is what dlopen("libcuda.so.1") finds (in
  * hostcost and in cecoll's nvidia backend alike); every entry point either
  * side resolves is a wrapper that forwards to the real driver and adds the
@@ -84,7 +84,7 @@ static u64 mono_ns(void) {
 
 /* Every cu* name that internal/hip/nvidia/symbols.go or hostcost.c
  * resolves, plus a few that cecoll may come to use (capture info, context
- * queries); session.sh step D5 checks symbols.go's names against this list. */
+ * queries); small.sh's hostsplit stage checks symbols.go's names against this list. */
 #define CUSHIM_SYMBOLS(X)                                                                                 \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                   \
   X(cuDeviceGetAttribute) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)         \

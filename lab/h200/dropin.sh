@@ -1,9 +1,8 @@
 #!/bin/bash
-# dropin.sh: issue 18's H200 checks of forward mode, under torch, on the
-# device machine (no Go there): run from the repository root with build/
-# carried, built beforehand with `make all dropin` (build/libcecoll.so and
-# build/dropin/libnccl.so.2). First run on the H200 in the ninth session
-# (docs/measurements.md).
+# lab/h200/dropin.sh: forward mode under torch on one H200 (no Go there):
+# run from the repository root with build/ carried, built beforehand with
+# `make all dropin` (build/libcecoll.so and build/dropin/libnccl.so.2).
+# Figures: docs/performance.md, "Forward mode under torch".
 #
 #   run(command="bash lab/h200/dropin.sh", carry=["build"])
 #
@@ -27,6 +26,10 @@
 #             layout ("Duplicate GPU"), the communicator stays CE-only,
 #             all_gather_into_tensor and all_to_all_single must work,
 #             all_reduce, broadcast and barrier must fail with that reason
+#   sym       what a drop-in libnccl.so.2 must export: the functions the
+#             wheel's NCCL exports, those libtorch_cuda.so takes from it, and
+#             which of either cecoll lacks (nm; every line of the last two
+#             lists is a missing function)
 #   q1, q2    preloaded with CUDA_DEVICE_MAX_CONNECTIONS=1 and 2 (as
 #             Megatron-LM sets): too few hardware queues for the copy
 #             engines, so every call goes to torch's NCCL (one WARN says
@@ -40,7 +43,7 @@
 # values and recorded (ok, error text, seconds) as JSON.
 #
 # Knobs: OUT (default /tmp/cecoll_dropin), PYTHON (default python3),
-# DROPIN_STEPS (default "env base preload ce dropin twoproc"), STEP_TO
+# DROPIN_STEPS (default "env base preload ce dropin dropinpre twoproc"), STEP_TO
 # (seconds per step, default 120), DROPIN_LIB (the library the preload
 # steps load, default build/libcecoll.so), DROPIN_TAG (the results' name,
 # default dropin).
@@ -196,7 +199,8 @@ step() { # name, env..., -- then the probe mode
   shift
   case " $STEPS " in *" $name "*) ;; *) return ;; esac
   say "== $name: ${envs[*]} probe $*"
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   env "${envs[@]}" CECOLL_DEBUG_FILE="$dir/$name.cecoll.%p.log" \
     timeout -k 10 "$STEP_TO" "$PYTHON" "$dir/probe.py" "$@" "$dir/$name.rank%d.json" >"$dir/$name.out" 2>&1
   say "   rc=$? in $(($(date +%s) - t0)) s"
@@ -232,6 +236,22 @@ case " $STEPS " in
       echo "$so:"
       readelf -d "$so" 2>/dev/null | grep -E "NEEDED.*nccl|RPATH|RUNPATH"
     done
+  } 2>&1 | tee -a "$summary"
+  ;;
+esac
+
+case " $STEPS " in
+*" sym "*)
+  {
+    echo "== sym"
+    w=$("$PYTHON" -c 'import os, nvidia; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)/nvidia/nccl/lib/libnccl.so.2
+    t=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)/lib/libtorch_cuda.so
+    nm -D --defined-only "$w" | awk '$2 ~ /[TW]/ {print $3}' | sort > "$dir/nccl-exports.txt"
+    nm -D --undefined-only "$t" | awk '{print $2}' | grep -E '^p?nccl' | sort > "$dir/torch-needs.txt"
+    nm -D --defined-only "$lib" | awk '{print $3}' | sort > "$dir/cecoll-exports.txt"
+    echo "$w: $(wc -l < "$dir/nccl-exports.txt") exports; $t takes $(wc -l < "$dir/torch-needs.txt")"
+    echo "torch takes, cecoll lacks: $(comm -23 "$dir/torch-needs.txt" "$dir/cecoll-exports.txt" | tr '\n' ' ')"
+    echo "nccl exports, cecoll lacks: $(comm -23 "$dir/nccl-exports.txt" "$dir/cecoll-exports.txt" | tr '\n' ' ')"
   } 2>&1 | tee -a "$summary"
   ;;
 esac

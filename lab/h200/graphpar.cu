@@ -1,6 +1,6 @@
 // lab/h200/graphpar.cu: graph replay time of R ranks x C tiny (8 B) D2D copies per rank, K reps per graph,
 // the copies of a rank chained one after another (seq) or as parallel branches (par). Build and run on the
-// GPU machine: nvcc -O2 -o graphpar lab/h200/graphpar.cu && ./graphpar (docs/measurements.md, fourth session).
+// GPU machine: nvcc -O2 -o graphpar lab/h200/graphpar.cu && ./graphpar (docs/performance.md, "Flag operations in a graph").
 #include <cstdio>
 #include <cuda_runtime.h>
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)

@@ -1,6 +1,6 @@
-/* hostcost: issue 6's host-cost target ("per collective call <= 1.2x the
- * cost of making the same driver calls directly from C"), both sides timed
- * in one process on one GPU.
+/* hostcost: the host cost of a collective through cecoll against the cost
+ * of making the same driver calls directly from C (the target: at most 1.2x),
+ * both sides timed in one process on one GPU.
  *
  *   (a) cecoll: ncclGroupStart; N x ncclAllGather (zero-copy windows from
  *       ncclMemAlloc + ncclCommWindowRegister); ncclGroupEnd  = 1 collective

@@ -1,7 +1,12 @@
-# lab/h200/lib.sh: what the session scripts from session11.sh on share (sourced from the
-# repository root): library links, the budget, MPS on/off, one cecoll-perf run per build, the
-# results folder and log (begin, finish), the 8 B graph arguments, the real driver for cushim, a
-# batched matrix run (mrun), the thread-per-rank C tests (ctests_threads) and hostcost (hostcosts).
+# shellcheck shell=bash
+# lab/h200/lib.sh: what the topic scripts of lab/h200 share (sourced from the repository root):
+# library links, the budget, MPS on/off, one cecoll-perf run per build, the results folder and log
+# (begin, finish), the 8 B graph arguments, the real driver for cushim, a batched matrix run
+# (mrun), the thread-per-rank C tests (ctests_threads) and hostcost (hostcosts).
+# Builds: "new" is build/ (libcecoll.so, cecoll-perf, ctests); any other name is build/NAME's
+# library run by build/cecoll-perf, except "old": 86fb7ac (the last commit of the first engine,
+# 2026-11-30), carried as build/old with its own cecoll-perf, which takes the flags it had then
+# (-N ranks, per-rank -b/-e, -R 1 windows, -G -K calls a graph, -o collective).
 # Every script writes under $O (default /tmp/out) and the caller tars what returns.
 O=${OUT:-/tmp/out}
 export CECOLL_BACKEND=${CECOLL_BACKEND:-nvidia} NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH=$PWD/build:${LD_LIBRARY_PATH:-}
@@ -40,8 +45,19 @@ finish() {
   echo "== done after $(($(date +%s) - T0)) s"
   tar -czf "$O/$1.tar.gz" -C "$O" "$1" && rm -rf "${O:?}/$1"
 }
-# g8args N: the new cecoll-perf's 8 B graph run at N ranks.
+# g8args N: the new cecoll-perf's 8 B graph run at N ranks (every collective, a graph of 20
+# calls replayed 50 times); g8old N: the same run in build/old's cecoll-perf flags.
 g8args() { echo all -g "$1" -b $((8 * $1)) -e $((8 * $1)) -d uint8 -R 2 -n 20 -G 50 -w 5 -c 1; }
+g8old() { echo -N "$1" -b 8 -e 8 -n 50 -w 5 -c 1 -G -K 20 -o all; }
+# floorargs BUILD N: the floor table's sweep (every collective at 64 and 256 MiB per rank, N
+# ranks in one process, symmetric windows, eager, no data check) in BUILD's cecoll-perf flags.
+floorargs() {
+  if [ "$1" = old ]; then
+    echo -N "$2" -b 64M -e 256M -f 4 -n 10 -w 2 -c 0 -o all -R 1
+  else
+    echo all -g "$2" -b $((64 * $2))M -e $((256 * $2))M -f 4 -d uint8 -R 2 -n 10 -w 2 -c 0
+  fi
+}
 # cushim_real: CUSHIM_REAL, the driver that matches the kernel module, not CUDA's compat copy
 # (which fails with error 803).
 cushim_real() {
@@ -72,7 +88,8 @@ ctests_threads() {
   export CT_DIR
   run_c() {
     set -- $1
-    local s=$(date +%s) rc
+    local s rc
+    s=$(date +%s)
     timeout 90 "$CT_DIR/test_$1" -r "$2" -m threads -q > "/tmp/ct_$1_$2_$3.log" 2>&1; rc=$?
     echo "CTEST $1 n=$2 run=$3 rc=$rc $(( $(date +%s)-s ))s"
   }

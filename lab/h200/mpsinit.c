@@ -4,8 +4,7 @@
  * cuMemAlloc and first stream. Build on the GPU machine:
  *   gcc -O2 -o /tmp/mpsinit lab/h200/mpsinit.c -ldl && /tmp/mpsinit 4
  * MPSINIT_HOLD=s: each child keeps its context s seconds before it exits, so
- * that all N are clients at once (how many an MPS server takes, tenth
- * session); the last line counts the children whose calls all succeeded. */
+ * that all N are clients at once (how many an MPS server takes); the last line counts the children whose calls all succeeded. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -32,9 +32,6 @@
 #   graphst  graphs of 20-40 captured calls with a thread per rank: sendrecv at 2 and 3 ranks
 #            (build/, build/wv), with 32 hardware queues, after an eager warm-up, and
 #            AllGather and AlltoAll graphs of 40 calls at 3 and 4 ranks
-#   overlap  a bf16 GEMM beside a looping 256 MiB ring exchange (ncclcmp overlap -X, a thread
-#            per rank: the staged path) and beside SM copies of the same bytes, N = 2, 4
-#            (build/gpu/ncclcmp from lab/gpu/ncclcmp.c; cuBLAS from the torch venv)
 #   ringgraph  the captured ring without cecoll (lab/h200/ringgraph.cu): signals by copy or
 #            write-value; one thread launching a graph per rank, a thread per rank, or one
 #            graph of every rank (ringgraph.cu's header), by copies; 3 ranks, 20 and 40 calls a
@@ -46,13 +43,15 @@
 #            graph cells of the matrix
 #   staged   the staged ring at 256 MiB, -t N and -P N (MPS), build/base against build/, ROUNDS
 #            rounds alternating
+# A GEMM beside the ring exchange is lab/h200/overlap.sh ring. "base" is build/base (another
+# build's library, run by build/cecoll-perf), "wv" build/wv (lab/h200/p2pwv.patch).
 # build/ comes carried (make all; build/ctests/matrix; build/cecoll-perf):
 #
 #   run(command="bash lab/h200/p2p.sh matrix mproc torch", carry=["build"])
 #
 # Knobs: ROUNDS (3), NS ("2 4 8"), BUDGET (seconds, 560). Results in $OUT/p2p.tar.gz.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 source lab/h200/lib.sh
 begin p2p${TAG:+-$TAG}
 NS=${NS:-2 4 8}
@@ -162,7 +161,7 @@ PY
       for v in q32 s256m; do
         e=CUDA_DEVICE_MAX_CONNECTIONS=32
         [ $v = s256m ] && e=CECOLL_STAGING_BYTES=268435456
-        export "$e"
+        export "${e?}"
         perf new "$R/stagedq-t$v-n$n-r1.txt" sendrecv -t "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
         mps_on
         perf new "$R/stagedq-P$v-n$n-r1.txt" sendrecv -P "$n" -b 256M -e 256M -d uint8 -n 10 -w 2 -c 1
@@ -193,19 +192,9 @@ PY
     PERF_TIMEOUT=12 perf new "$R/gs-ag-t3-b40.txt" allgather -t 3 -b 24 -e 24 -d uint8 -n 40 -G 1 -w 0 -c 0
     PERF_TIMEOUT=12 perf new "$R/gs-a2a-t4-b40.txt" alltoall -t 4 -b 32 -e 32 -d uint8 -n 40 -G 1 -w 0 -c 0
     ;;
-  overlap)
-    [ -x build/ncclcmp ] || gcc -O2 -Wall -I include -o build/ncclcmp lab/gpu/ncclcmp.c -ldl -lpthread
-    [ -n "${CUBLAS_LIB:-}" ] || CUBLAS_LIB=$(find / -xdev -name 'libcublas.so.1[0-9]*' -not -name '*Lt*' 2>/dev/null | head -1)
-    export CUBLAS_LIB
-    echo "cuBLAS: $CUBLAS_LIB"
-    for n in 2 4; do
-      timeout 120 build/ncclcmp overlap -L "$PWD/build/libcecoll.so" -l cecoll --ce -N $n -X -W 60 > "$R/overlap-ring-n$n.txt" 2>&1
-      echo "overlap ring N=$n: rc=$?"; grep -E "^OVERLAP " "$R/overlap-ring-n$n.txt"
-    done
-    ;;
   ringgraph)
     nvcc -O2 -o /tmp/ringgraph lab/h200/ringgraph.cu -lcuda -lpthread || exit 1
-    for rep in 1 2 3; do
+    for _ in 1 2 3; do
       for k in 20 40; do
         for v in "" UPLOAD=1; do
           env $v timeout 20 /tmp/ringgraph copy threads 3 $k 2>&1 | tail -1 | sed "s/^/${v:-plain} /"

@@ -1,5 +1,5 @@
 // lab/h200/ringgraph.cu: cecoll's captured point-to-point ring without cecoll, to see whether
-// graphs of many such calls hang on one device by themselves (docs/measurements.md, "Graphs of
+// graphs of many such calls hang on one device by themselves (docs/performance.md, "Graphs of
 // many captured calls"). N rank streams on one device; a call of rank r, as the engine captures
 // an 8 B grouped sendrecv (send to r+1, receive from r-1), on the graph words of array a (the
 // calls alternate arrays):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5: cecoll-perf against OpenMPI over shared memory, measured in one run.
+# lab/mpi/compare.sh: cecoll-perf against OpenMPI over shared memory (and gloo), in one run.
 #
 #   bash lab/mpi/compare.sh [OUTDIR]      (default build/compare-mpi; needs make bench-mpi)
 #
@@ -9,7 +9,7 @@
 # sizes), out of place and in place; uint8, symmetric windows (-R 2), the
 # slowest process's time (-a 3, as mpi-coll-bench). The raw
 # tables go to OUTDIR/*.txt; the summary prints busbw ratios cecoll/MPI at
-# 16 and 64 MiB and time ratios at 8 B, with the issue's targets: busbw >=
+# 16 and 64 MiB and time ratios at 8 B, with the targets: busbw >=
 # MPI's at 16/64 MiB; 8 B time <= 2x MPI's with ranks in one process.
 # Then, where /usr/bin/python3 has torch, gloo through python -m cecoll.bench
 # at the same sizes (OUTDIR/gloo.txt, printed after the MPI summary).
@@ -43,7 +43,7 @@ for n in $RANKS; do
   small=(-b $((8 * n)) -e $((8 * n)) -n "$SMALL_ITERS" -w 200 -c 1)
   big=(-b $((16 * n))M -e $((64 * n))M -f 4 -n "$BIG_ITERS" -w 1 -c 1)
   for s in small big; do
-    eval "args=(\"\${$s[@]}\")"
+    if [ $s = small ]; then args=("${small[@]}"); else args=("${big[@]}"); fi
     run "cecoll-g$n-$s" "$PERF" -g "$n" -d uint8 -R 2 "${args[@]}"
     run "cecoll-P$n-$s" "$PERF" -P "$n" -d uint8 -R 2 -a 3 "${args[@]}"
     run "mpi-$n-$s" "${MPIRUN[@]}" "$n" "$MPIB" "${args[@]}"

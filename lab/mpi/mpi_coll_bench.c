@@ -1,4 +1,4 @@
-/* mpi_coll_bench: the OpenMPI baseline of cecoll-perf (issue 5). Times
+/* mpi_coll_bench: the OpenMPI baseline of cecoll-perf (lab/mpi/compare.sh). Times
  * MPI_Allgather, MPI_Alltoall, MPI_Scatter and MPI_Gather with cecoll-perf's
  * sizes, table and %ceil (nccl-tests' format), so the two tables line up
  * row by row:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lab/multigpu/run.sh: issue 7 in one device call, on a host with 1, 2, 4 or
+# lab/multigpu/run.sh: cecoll against NCCL on several GPUs in one run, on a host with 1, 2, 4 or
 # 8 GPUs. Run from the repository root with the prebuilt files carried along
 # (that machine has no Go): build/libcecoll.so, build/cecoll-perf,
 # build/ctests/test_*, and the sources under lab/ and include/.
@@ -173,7 +173,7 @@ else
 fi
 export CECOLL_TEST_WATCHDOG=55
 
-# Order: what the issue's targets need most comes first, so that if BUDGET
+# Order: what the targets (SUMMARY) need most comes first, so that if BUDGET
 # runs short only the later, lower-value steps are skipped: ceilings, the
 # eager sweeps, the overlap runs, then the C tests, the graph sweeps,
 # cecoll-perf and the extras.

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""summary.py OUT: the issue-7 tables from the logs lab/multigpu/run.sh left in OUT.
+"""summary.py OUT: the several-GPU tables from the logs lab/multigpu/run.sh left in OUT.
 
 Reads the CEIL lines of ceil.log, the ROW lines of perf_*.log (ncclcmp), the
 JSON of cecoll-perf (cperf_*.json) and the OVERLAP lines of overlap_*.log,
 and prints: the ceilings; busbw at 64 MiB, 256 MiB and 1 GiB per rank for each
-collective with the ratios the issue's targets name; wrong bytes; the overlap
+collective with the ratios the targets name; wrong bytes; the overlap
 slowdowns. Standard library only.
 """
 import glob
