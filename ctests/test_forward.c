@@ -696,6 +696,25 @@ static void check_threads(void) {
 
 /* ---- several processes ---------------------------------------------------------------- */
 
+/* summary (CECOLL_DEBUG=INFO into a file per process): calls of each way
+ * on c, which is destroyed (its summary then), and on c2, split from it,
+ * which is never destroyed (its summary at exit). check_summary reads the
+ * lines. */
+static int child_summary(ncclComm_t c, cudaStream_t s, int r, int n) {
+  float* a = calloc(n * LARGE, sizeof(float));
+  float* b = calloc(n * LARGE, sizeof(float));
+  ncclComm_t c2 = NULL;
+  EXPECT_OK(ncclAllGather(a, b, LARGE, ncclFloat32, c, s)); /* the copy engines */
+  EXPECT_OK(ncclAllGather(a, b, SMALL, ncclFloat32, c, s)); /* the fake */
+  for (int i = 0; i < 3; i++) EXPECT_OK(ncclAllReduce(a, b, SMALL, ncclFloat32, ncclSum, c, s)); /* a stub */
+  EXPECT_OK(ncclCommSplit(c, 0, r, &c2, NULL));
+  for (int i = 0; i < 2; i++) EXPECT_OK(ncclAllReduce(a, b, SMALL, ncclFloat32, ncclSum, c2, s));
+  REQUIRE_OK(cStreamSynchronize(s));
+  EXPECT_OK(ncclCommDestroy(c));
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0; /* c2 is left for the exit summary */
+}
+
 static int child_main(int argc, char** argv) {
   /* child <case> <hex id> <rank> <n> */
   ncclUniqueId id;
@@ -717,6 +736,7 @@ static int child_main(int argc, char** argv) {
     return failed != 0;
   }
   REQUIRE_OK(ir);
+  if (strcmp(what, "summary") == 0) return child_summary(c, s, r, n);
   float* a = calloc(n * LARGE, sizeof(float));
   float* b = calloc(n * LARGE, sizeof(float));
   fill(a, LARGE, 1.0f + r);
@@ -742,6 +762,49 @@ static int child_main(int argc, char** argv) {
   EXPECT_OK(ncclCommDestroy(c));
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
+}
+
+/* Lines of the file holding every one of the NULL-ended words. */
+static int file_count(const char* path, const char* first, ...) {
+  FILE* f = fopen(path, "r");
+  char line[4096];
+  int n = 0;
+  if (f == NULL) return -1;
+  while (fgets(line, sizeof line, f)) {
+    va_list ap;
+    va_start(ap, first);
+    int all = 1;
+    for (const char* w = first; w != NULL; w = va_arg(ap, const char*)) all &= strstr(line, w) != NULL;
+    va_end(ap);
+    n += all;
+  }
+  fclose(f);
+  return n;
+}
+
+static char summary_log[512]; /* CECOLL_DEBUG_FILE of the summary case, %p for the pid */
+
+/* Each rank's INFO log: the stub's route once; the destroyed
+ * communicator's summary, both ways with the bytes cecoll decoded; the
+ * summary at exit of the one never destroyed, with the hint. */
+static void check_summary(const pid_t* pids) {
+  for (int r = 0; r < N; r++) {
+    char path[600], destroyed[256], never[128];
+    snprintf(path, sizeof path, "%.*s%d", (int)(strlen(summary_log) - 2), summary_log, (int)pids[r]);
+    snprintf(destroyed, sizeof destroyed,
+             " rank %d/%d: copy engines 1 calls, 8.0 KiB (89%% of the bytes cecoll routed) [AllGather 1, 8.0 KiB]; "
+             "real library 4 calls [AllGather 1, 1.0 KiB; ncclAllReduce 3]\n",
+             r, N);
+    snprintf(never, sizeof never, " rank %d/%d: copy engines 0 calls, 0 B; real library 2 calls [ncclAllReduce 2]; nothing reached", r, N);
+    int route = file_count(path, "route: ncclAllReduce -> the real library", NULL);
+    EXPECT(route == 1, "rank %d: %d route lines for the ncclAllReduce stub, want 1 (%s)", r, route, path);
+    EXPECT(file_count(path, "INFO summary comm ", destroyed, NULL) == 1, "rank %d: no summary of the destroyed communicator (%s)", r, path);
+    EXPECT(file_count(path, "INFO summary comm ", never, NULL) == 1,
+           "rank %d: no summary at exit of the communicator never destroyed (%s)", r, path);
+    EXPECT(file_count(path, "INFO summary comm ", NULL) == 2, "rank %d: %d summaries, want 2", r,
+           file_count(path, "INFO summary comm ", NULL));
+    unlink(path);
+  }
 }
 
 /* both: variables set in every rank's environment (NULL ended; NULL: none). */
@@ -793,6 +856,7 @@ static void check_processes(const char* what, const char* dev0, const char* dev1
   if (strcmp(what, "pair") == 0)
     EXPECT(log_count("AllReduce", NULL) == N && log_count("AllGather", NULL) == N, "between processes: the fake ran %d AllReduce, %d AllGather",
            log_count("AllReduce", NULL), log_count("AllGather", NULL));
+  if (strcmp(what, "summary") == 0) check_summary(pids);
   if (strcmp(what, "queues") == 0)
     EXPECT(log_count("AllReduce", NULL) == N && log_count("AllGather", NULL) == 2 * N,
            "one hardware queue: the fake ran %d AllReduce, %d AllGather (every call forwarded)", log_count("AllReduce", NULL),
@@ -832,6 +896,12 @@ int main(int argc, char** argv) {
    * forwards every call; the init succeeds. */
   char* queues[] = {"CECOLL_HOST_QUEUES=1", "CECOLL_ROUTE=ce", NULL};
   check_processes("queues", "0", "1", NULL, queues);
+  /* Where the calls went, at INFO: route lines and summaries. */
+  char debug_file[600];
+  snprintf(summary_log, sizeof summary_log, "/tmp/test_forward_summary.%d.%%p", (int)getpid());
+  snprintf(debug_file, sizeof debug_file, "CECOLL_DEBUG_FILE=%s", summary_log);
+  char* info[] = {"CECOLL_DEBUG=INFO", debug_file, NULL};
+  check_processes("summary", "0", "1", NULL, info);
   if (lp == NULL) unlink(log_path);
   printf("test_forward: %d passed, %d failed\n", passed, failed);
   return failed != 0 || passed == 0;

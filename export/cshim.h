@@ -18,12 +18,17 @@
 #define XDEAD_MAGIC 0xdeadULL
 
 /* real, at offset 16 in both, is the real library's handle the cecoll
- * one owns (0: none); the stubs of fwd_stubs.S read it there. */
+ * one owns (0: none); the stubs of fwd_stubs.S read it there. calls, at
+ * 24, counts each stub's calls that carried this communicator (the stubs
+ * add to it; the INFO summary reads it). */
 struct ncclComm {
   uint64_t magic;
   uintptr_t handle; /* cgo.Handle of the *comm.Comm */
   uintptr_t real;   /* the real ncclComm_t it owns */
+  uint64_t calls[XR_COUNT];
 };
+_Static_assert(__builtin_offsetof(struct ncclComm, real) == 16, "fwd_stubs.S reads real at 16");
+_Static_assert(__builtin_offsetof(struct ncclComm, calls) == 24, "fwd_stubs.S counts calls at 24");
 
 struct ncclWindow_vidmem {
   uint64_t magic;
@@ -66,6 +71,8 @@ ncclResult_t xr_group_start(void);
 ncclResult_t xr_group_end(void);
 ncclResult_t xr_group_simulate_end(void* info);
 ncclResult_t xfwd_refuse(int index, void* comm, int why) __attribute__((visibility("hidden")));
+void xfwd_ensure(int index) __attribute__((visibility("hidden")));
+extern int xsummary_armed;
 
 /* fork.c: set in a child forked after the library loaded, which must not
  * enter Go; xfork_refuse sets the last error and answers ncclInvalidUsage. */

@@ -112,6 +112,7 @@ func goexp_ncclCommFinalize(h C.ncclComm_t) (res C.ncclResult_t) {
 	defer recoverInto(&res, call)
 	c, err := commOf(call, h)
 	if err == nil {
+		summarize(h, c)
 		err = c.Finalize()
 	}
 	return toResult(call, err)
@@ -126,6 +127,7 @@ func goexp_ncclCommDestroy(h C.ncclComm_t) (res C.ncclResult_t) {
 	}
 	c, err := commOf(call, h)
 	if err == nil {
+		summarize(h, c)
 		// The real communicator's error, if any, is returned; cecoll's
 		// side is gone either way.
 		if err = c.Destroy(); c.Destroyed() {
@@ -147,6 +149,7 @@ func goexp_ncclCommAbort(h C.ncclComm_t) (res C.ncclResult_t) {
 	}
 	c, err := commOf(call, h)
 	if err == nil {
+		summarize(h, c)
 		if err = c.Abort(); c.Destroyed() {
 			releaseComm(h, true)
 		}

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cshim.h"
@@ -30,12 +31,31 @@ static void xenv_sync(void) { goexp_cecollSyncEnv(); }
  * and looks for the real library (internal/forward Load). */
 void xenv(void) { pthread_once(&xenv_once, xenv_sync); }
 
-/* Called by a stub whose slot was empty: the real library may not have
- * been looked up yet. A forked child must not enter Go: its stubs go on
- * to xfwd_refuse (fork.c). */
-__attribute__((visibility("hidden"))) void xfwd_ensure(void) {
-  if (!xforked) xenv();
+/* Called by a stub whose jump entry is empty (fwd_stubs.S): the function's
+ * first call, or the real library not looked up yet. Looks it up, logs the
+ * function's route once (INFO: the calls that never enter Go are otherwise
+ * invisible) and fills the entry, so that later calls jump straight
+ * through. A forked child must not enter Go: fork.c emptied its slots, so
+ * its stubs go on to xfwd_refuse. */
+__attribute__((visibility("hidden"))) void xfwd_ensure(int index) {
+  if (xforked || index < 0 || index >= XR_COUNT) return;
+  xenv();
+  void* f = __atomic_load_n(&xfwd_slot[index], __ATOMIC_ACQUIRE);
+  if (f == NULL) return;
+  goexp_xfwdNoteStub((char*)xfwd_name[index]);
+  __atomic_store_n(&xfwd_jump[index], f, __ATOMIC_RELEASE);
 }
+
+/* Set once a communicator was made with INFO summaries on (summary.go): only
+ * then does the exit hook enter Go, to print the communicators never
+ * destroyed. Not in a forked child, which must not enter Go. */
+int xsummary_armed;
+
+static void xexit_summary(void) {
+  if (xsummary_armed && !xforked) goexp_xfwdExitSummary();
+}
+
+__attribute__((constructor)) static void xexit_watch(void) { atexit(xexit_summary); }
 
 /* ---- the loader ----------------------------------------------------------- */
 
@@ -66,6 +86,7 @@ static void xpath_of(void* p, char* buf, size_t n) {
  * RCCL spells AlltoAll ncclAllToAll, NCCL only ncclAlltoAll: each stands
  * in for the other where one is missing. */
 static void xbind(void* h) {
+  memset(xfwd_jump, 0, sizeof xfwd_jump); /* each stub's next call fills its entry anew */
   for (int i = 0; i < XR_COUNT; i++) {
     void* f = dlsym(h, xfwd_name[i]);
     xfwd_slot[i] = xis_self(f) ? NULL : f;
@@ -106,7 +127,10 @@ int xfwd_open(const char* path, char* err, size_t n) {
   return 0;
 }
 
-void xfwd_unbind(void) { memset(xfwd_slot, 0, sizeof xfwd_slot); }
+void xfwd_unbind(void) {
+  memset(xfwd_jump, 0, sizeof xfwd_jump);
+  memset(xfwd_slot, 0, sizeof xfwd_slot);
+}
 
 struct xobjs {
   char* buf;

@@ -4,9 +4,14 @@
  * every argument where the caller put it, except that a cecoll
  * communicator or window (recognised by its magic number) becomes the real
  * one it owns; then it jumps to the real function, whose return goes
- * straight to the caller. A NULL or foreign handle passes unchanged. The
- * first call before the real library was looked up calls xfwd_lazy (which
- * keeps the argument registers) and tries again; with no real function,
+ * straight to the caller. A NULL or foreign handle passes unchanged. A
+ * stub jumps through xfwd_jump, empty until the function's first call:
+ * that call goes through xfwd_lazy (which keeps the argument registers) to
+ * xfwd_ensure(index), which looks the real library up if it was not yet,
+ * logs the route once and fills the entry; then the stub tries again.
+ * Each call that carries a cecoll communicator adds one to that
+ * communicator's calls[index] (one locked add), for the summary
+ * CECOLL_DEBUG=INFO prints at its end. With no real function,
  * or a cecoll handle that owns no real one, it jumps to
  * xfwd_refuse(index, comm, why), which returns the refusal to the caller,
  * or, for a function that does not return ncclResult_t, to
@@ -21,7 +26,9 @@
 	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
-/* Calls xfwd_ensure() keeping every argument register. */
+/* Calls xfwd_ensure(%r10d, the stub's index) keeping every argument
+ * register and %r11 (the cecoll communicator of the call, or 0). Eight
+ * pushes and 128 bytes keep the stack 16-byte aligned for the call. */
 	.p2align 4
 	.type xfwd_lazy, @function
 xfwd_lazy:
@@ -31,6 +38,8 @@ xfwd_lazy:
 	pushq %rcx
 	pushq %r8
 	pushq %r9
+	pushq %r10
+	pushq %r11
 	subq $128, %rsp
 	movdqu %xmm0, 0(%rsp)
 	movdqu %xmm1, 16(%rsp)
@@ -40,6 +49,7 @@ xfwd_lazy:
 	movdqu %xmm5, 80(%rsp)
 	movdqu %xmm6, 96(%rsp)
 	movdqu %xmm7, 112(%rsp)
+	movl %r10d, %edi
 	callq xfwd_ensure
 	movdqu 0(%rsp), %xmm0
 	movdqu 16(%rsp), %xmm1
@@ -50,6 +60,8 @@ xfwd_lazy:
 	movdqu 96(%rsp), %xmm6
 	movdqu 112(%rsp), %xmm7
 	addq $128, %rsp
+	popq %r11
+	popq %r10
 	popq %r9
 	popq %r8
 	popq %rcx
@@ -67,37 +79,49 @@ xfwd_lazy:
 	.p2align 4
 pncclCommRevoke:
 ncclCommRevoke:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+80(%rip), %r10
+	movq xfwd_jump+80(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 104(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $10, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+80(%rip), %r10
+	movq xfwd_jump+80(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 104(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -125,37 +149,49 @@ ncclCommRevoke:
 	.p2align 4
 pncclCommGetUniqueId:
 ncclCommGetUniqueId:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+104(%rip), %r10
+	movq xfwd_jump+104(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 128(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $13, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+104(%rip), %r10
+	movq xfwd_jump+104(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 128(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -183,37 +219,49 @@ ncclCommGetUniqueId:
 	.p2align 4
 pncclCommGrow:
 ncclCommGrow:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+112(%rip), %r10
+	movq xfwd_jump+112(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 136(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $14, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+112(%rip), %r10
+	movq xfwd_jump+112(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 136(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -241,13 +289,14 @@ ncclCommGrow:
 	.p2align 4
 pncclResetDebugInit:
 ncclResetDebugInit:
-	movq xfwd_slot+144(%rip), %r10
+	movq xfwd_jump+144(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $18, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+144(%rip), %r10
+	movq xfwd_jump+144(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -277,37 +326,49 @@ ncclResetDebugInit:
 	.p2align 4
 pncclCommSuspend:
 ncclCommSuspend:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+200(%rip), %r10
+	movq xfwd_jump+200(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 224(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $25, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+200(%rip), %r10
+	movq xfwd_jump+200(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 224(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -335,37 +396,49 @@ ncclCommSuspend:
 	.p2align 4
 pncclCommResume:
 ncclCommResume:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+208(%rip), %r10
+	movq xfwd_jump+208(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 232(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $26, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+208(%rip), %r10
+	movq xfwd_jump+208(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 232(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -393,37 +466,49 @@ ncclCommResume:
 	.p2align 4
 pncclCommMemStats:
 ncclCommMemStats:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+216(%rip), %r10
+	movq xfwd_jump+216(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 240(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $27, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+216(%rip), %r10
+	movq xfwd_jump+216(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 240(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -454,36 +539,43 @@ ncclWinGetUserPtr:
 	movq %rsi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x6e69776365, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x6e69776365, %r10
+	cmpq %r10, (%rax)
 	jne 5f
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 8f
 	movq %rax, %rsi
 5:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+240(%rip), %r10
+	movq xfwd_jump+240(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 264(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $30, %r10d
 	callq xfwd_lazy
 	movq %rsi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x6e69776365, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x6e69776365, %r10
+	cmpq %r10, (%rax)
 	jne 5f
 	movq 16(%rax), %rax
 	testq %rax, %rax
@@ -493,17 +585,22 @@ ncclWinGetUserPtr:
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+240(%rip), %r10
+	movq xfwd_jump+240(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 264(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -531,37 +628,49 @@ ncclWinGetUserPtr:
 	.p2align 4
 pncclRedOpCreatePreMulSum:
 ncclRedOpCreatePreMulSum:
+	xorl %r11d, %r11d
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r8
 5:
-	movq xfwd_slot+248(%rip), %r10
+	movq xfwd_jump+248(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 272(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $31, %r10d
 	callq xfwd_lazy
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r8
 5:
-	movq xfwd_slot+248(%rip), %r10
+	movq xfwd_jump+248(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 272(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r8, %rsi
@@ -589,37 +698,49 @@ ncclRedOpCreatePreMulSum:
 	.p2align 4
 pncclRedOpDestroy:
 ncclRedOpDestroy:
+	xorl %r11d, %r11d
 	movq %rsi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rsi
 5:
-	movq xfwd_slot+256(%rip), %r10
+	movq xfwd_jump+256(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 280(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $32, %r10d
 	callq xfwd_lazy
 	movq %rsi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rsi
 5:
-	movq xfwd_slot+256(%rip), %r10
+	movq xfwd_jump+256(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 280(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rsi, %rsi
@@ -647,37 +768,49 @@ ncclRedOpDestroy:
 	.p2align 4
 pncclReduce:
 ncclReduce:
+	xorl %r11d, %r11d
 	movq 8(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 8(%rsp)
 5:
-	movq xfwd_slot+264(%rip), %r10
+	movq xfwd_jump+264(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 288(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $33, %r10d
 	callq xfwd_lazy
 	movq 8(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 8(%rsp)
 5:
-	movq xfwd_slot+264(%rip), %r10
+	movq xfwd_jump+264(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 288(%r11)
+6:
 	jmpq *%r10
 7:
 	movq 8(%rsp), %rsi
@@ -705,37 +838,49 @@ ncclReduce:
 	.p2align 4
 pncclAllReduce:
 ncclAllReduce:
+	xorl %r11d, %r11d
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+288(%rip), %r10
+	movq xfwd_jump+288(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 312(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $36, %r10d
 	callq xfwd_lazy
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+288(%rip), %r10
+	movq xfwd_jump+288(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 312(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r9, %rsi
@@ -763,37 +908,49 @@ ncclAllReduce:
 	.p2align 4
 pncclReduceScatter:
 ncclReduceScatter:
+	xorl %r11d, %r11d
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+296(%rip), %r10
+	movq xfwd_jump+296(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 320(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $37, %r10d
 	callq xfwd_lazy
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+296(%rip), %r10
+	movq xfwd_jump+296(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 320(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r9, %rsi
@@ -821,37 +978,49 @@ ncclReduceScatter:
 	.p2align 4
 pncclAllReduceConfig:
 ncclAllReduceConfig:
+	xorl %r11d, %r11d
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+336(%rip), %r10
+	movq xfwd_jump+336(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 360(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $42, %r10d
 	callq xfwd_lazy
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+336(%rip), %r10
+	movq xfwd_jump+336(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 360(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r9, %rsi
@@ -879,37 +1048,49 @@ ncclAllReduceConfig:
 	.p2align 4
 pncclReduceConfig:
 ncclReduceConfig:
+	xorl %r11d, %r11d
 	movq 8(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 8(%rsp)
 5:
-	movq xfwd_slot+352(%rip), %r10
+	movq xfwd_jump+352(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 376(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $44, %r10d
 	callq xfwd_lazy
 	movq 8(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 8(%rsp)
 5:
-	movq xfwd_slot+352(%rip), %r10
+	movq xfwd_jump+352(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 376(%r11)
+6:
 	jmpq *%r10
 7:
 	movq 8(%rsp), %rsi
@@ -937,37 +1118,49 @@ ncclReduceConfig:
 	.p2align 4
 pncclReduceScatterConfig:
 ncclReduceScatterConfig:
+	xorl %r11d, %r11d
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+368(%rip), %r10
+	movq xfwd_jump+368(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 392(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $46, %r10d
 	callq xfwd_lazy
 	movq %r9, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r9
 5:
-	movq xfwd_slot+368(%rip), %r10
+	movq xfwd_jump+368(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 392(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r9, %rsi
@@ -998,36 +1191,43 @@ ncclPutSignal:
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x6e69776365, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x6e69776365, %r10
+	cmpq %r10, (%rax)
 	jne 5f
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 8f
 	movq %rax, %r8
 5:
+	xorl %r11d, %r11d
 	movq 32(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 32(%rsp)
 5:
-	movq xfwd_slot+416(%rip), %r10
+	movq xfwd_jump+416(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 440(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $52, %r10d
 	callq xfwd_lazy
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x6e69776365, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x6e69776365, %r10
+	cmpq %r10, (%rax)
 	jne 5f
 	movq 16(%rax), %rax
 	testq %rax, %rax
@@ -1037,17 +1237,22 @@ ncclPutSignal:
 	movq 32(%rsp), %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, 32(%rsp)
 5:
-	movq xfwd_slot+416(%rip), %r10
+	movq xfwd_jump+416(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 440(%r11)
+6:
 	jmpq *%r10
 7:
 	movq 32(%rsp), %rsi
@@ -1075,37 +1280,49 @@ ncclPutSignal:
 	.p2align 4
 pncclSignal:
 ncclSignal:
+	xorl %r11d, %r11d
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r8
 5:
-	movq xfwd_slot+424(%rip), %r10
+	movq xfwd_jump+424(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 448(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $53, %r10d
 	callq xfwd_lazy
 	movq %r8, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %r8
 5:
-	movq xfwd_slot+424(%rip), %r10
+	movq xfwd_jump+424(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 448(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %r8, %rsi
@@ -1133,37 +1350,49 @@ ncclSignal:
 	.p2align 4
 pncclWaitSignal:
 ncclWaitSignal:
+	xorl %r11d, %r11d
 	movq %rdx, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdx
 5:
-	movq xfwd_slot+432(%rip), %r10
+	movq xfwd_jump+432(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 456(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $54, %r10d
 	callq xfwd_lazy
 	movq %rdx, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdx
 5:
-	movq xfwd_slot+432(%rip), %r10
+	movq xfwd_jump+432(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 456(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdx, %rsi
@@ -1191,13 +1420,14 @@ ncclWaitSignal:
 	.p2align 4
 pncclParamBind:
 ncclParamBind:
-	movq xfwd_slot+464(%rip), %r10
+	movq xfwd_jump+464(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $58, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+464(%rip), %r10
+	movq xfwd_jump+464(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1227,13 +1457,14 @@ ncclParamBind:
 	.p2align 4
 pncclParamGetI8:
 ncclParamGetI8:
-	movq xfwd_slot+472(%rip), %r10
+	movq xfwd_jump+472(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $59, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+472(%rip), %r10
+	movq xfwd_jump+472(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1263,13 +1494,14 @@ ncclParamGetI8:
 	.p2align 4
 pncclParamGetI16:
 ncclParamGetI16:
-	movq xfwd_slot+480(%rip), %r10
+	movq xfwd_jump+480(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $60, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+480(%rip), %r10
+	movq xfwd_jump+480(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1299,13 +1531,14 @@ ncclParamGetI16:
 	.p2align 4
 pncclParamGetI32:
 ncclParamGetI32:
-	movq xfwd_slot+488(%rip), %r10
+	movq xfwd_jump+488(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $61, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+488(%rip), %r10
+	movq xfwd_jump+488(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1335,13 +1568,14 @@ ncclParamGetI32:
 	.p2align 4
 pncclParamGetI64:
 ncclParamGetI64:
-	movq xfwd_slot+496(%rip), %r10
+	movq xfwd_jump+496(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $62, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+496(%rip), %r10
+	movq xfwd_jump+496(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1371,13 +1605,14 @@ ncclParamGetI64:
 	.p2align 4
 pncclParamGetU8:
 ncclParamGetU8:
-	movq xfwd_slot+504(%rip), %r10
+	movq xfwd_jump+504(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $63, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+504(%rip), %r10
+	movq xfwd_jump+504(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1407,13 +1642,14 @@ ncclParamGetU8:
 	.p2align 4
 pncclParamGetU16:
 ncclParamGetU16:
-	movq xfwd_slot+512(%rip), %r10
+	movq xfwd_jump+512(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $64, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+512(%rip), %r10
+	movq xfwd_jump+512(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1443,13 +1679,14 @@ ncclParamGetU16:
 	.p2align 4
 pncclParamGetU32:
 ncclParamGetU32:
-	movq xfwd_slot+520(%rip), %r10
+	movq xfwd_jump+520(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $65, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+520(%rip), %r10
+	movq xfwd_jump+520(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1479,13 +1716,14 @@ ncclParamGetU32:
 	.p2align 4
 pncclParamGetU64:
 ncclParamGetU64:
-	movq xfwd_slot+528(%rip), %r10
+	movq xfwd_jump+528(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $66, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+528(%rip), %r10
+	movq xfwd_jump+528(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1515,13 +1753,14 @@ ncclParamGetU64:
 	.p2align 4
 pncclParamGetStr:
 ncclParamGetStr:
-	movq xfwd_slot+536(%rip), %r10
+	movq xfwd_jump+536(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $67, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+536(%rip), %r10
+	movq xfwd_jump+536(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1551,13 +1790,14 @@ ncclParamGetStr:
 	.p2align 4
 pncclParamGet:
 ncclParamGet:
-	movq xfwd_slot+544(%rip), %r10
+	movq xfwd_jump+544(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $68, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+544(%rip), %r10
+	movq xfwd_jump+544(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1587,13 +1827,14 @@ ncclParamGet:
 	.p2align 4
 pncclParamGetParameter:
 ncclParamGetParameter:
-	movq xfwd_slot+552(%rip), %r10
+	movq xfwd_jump+552(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $69, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+552(%rip), %r10
+	movq xfwd_jump+552(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1623,13 +1864,14 @@ ncclParamGetParameter:
 	.p2align 4
 pncclParamGetAllParameterKeys:
 ncclParamGetAllParameterKeys:
-	movq xfwd_slot+560(%rip), %r10
+	movq xfwd_jump+560(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $70, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+560(%rip), %r10
+	movq xfwd_jump+560(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1659,13 +1901,14 @@ ncclParamGetAllParameterKeys:
 	.p2align 4
 pncclParamDumpAll:
 ncclParamDumpAll:
-	movq xfwd_slot+568(%rip), %r10
+	movq xfwd_jump+568(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $71, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+568(%rip), %r10
+	movq xfwd_jump+568(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -1695,37 +1938,49 @@ ncclParamDumpAll:
 	.p2align 4
 pncclDevCommCreate:
 ncclDevCommCreate:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+576(%rip), %r10
+	movq xfwd_jump+576(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 600(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $72, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+576(%rip), %r10
+	movq xfwd_jump+576(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 600(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -1753,37 +2008,49 @@ ncclDevCommCreate:
 	.p2align 4
 pncclDevCommDestroy:
 ncclDevCommDestroy:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+584(%rip), %r10
+	movq xfwd_jump+584(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 608(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $73, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+584(%rip), %r10
+	movq xfwd_jump+584(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 608(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -1811,37 +2078,49 @@ ncclDevCommDestroy:
 	.p2align 4
 pncclTeamWorld:
 ncclTeamWorld:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+592(%rip), %r10
+	movq xfwd_jump+592(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 616(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $74, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+592(%rip), %r10
+	movq xfwd_jump+592(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 616(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -1869,37 +2148,49 @@ ncclTeamWorld:
 	.p2align 4
 pncclTeamLsa:
 ncclTeamLsa:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+600(%rip), %r10
+	movq xfwd_jump+600(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 624(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $75, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+600(%rip), %r10
+	movq xfwd_jump+600(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 624(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -1927,37 +2218,49 @@ ncclTeamLsa:
 	.p2align 4
 pncclTeamRail:
 ncclTeamRail:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+608(%rip), %r10
+	movq xfwd_jump+608(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 632(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $76, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+608(%rip), %r10
+	movq xfwd_jump+608(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 632(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -1985,37 +2288,49 @@ ncclTeamRail:
 	.p2align 4
 pncclTeamRankToWorld:
 ncclTeamRankToWorld:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+616(%rip), %r10
+	movq xfwd_jump+616(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 640(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $77, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+616(%rip), %r10
+	movq xfwd_jump+616(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 640(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -2043,37 +2358,49 @@ ncclTeamRankToWorld:
 	.p2align 4
 pncclTeamRankToLsa:
 ncclTeamRankToLsa:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+624(%rip), %r10
+	movq xfwd_jump+624(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 648(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $78, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+624(%rip), %r10
+	movq xfwd_jump+624(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 648(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -2101,13 +2428,14 @@ ncclTeamRankToLsa:
 	.p2align 4
 pncclLsaBarrierCreateRequirement:
 ncclLsaBarrierCreateRequirement:
-	movq xfwd_slot+632(%rip), %r10
+	movq xfwd_jump+632(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $79, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+632(%rip), %r10
+	movq xfwd_jump+632(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -2137,37 +2465,49 @@ ncclLsaBarrierCreateRequirement:
 	.p2align 4
 pncclGinBarrierCreateRequirement:
 ncclGinBarrierCreateRequirement:
+	xorl %r11d, %r11d
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+640(%rip), %r10
+	movq xfwd_jump+640(%rip), %r10
 	testq %r10, %r10
 	jz 1f
+	testq %r11, %r11
+	jz 6f
+	lock incq 664(%r11)
+6:
 	jmpq *%r10
 1:
+	movl $80, %r10d
 	callq xfwd_lazy
 	movq %rdi, %rax
 	testq %rax, %rax
 	jz 5f
-	movabsq $0x63656d6d6f63, %r11
-	cmpq %r11, (%rax)
+	movabsq $0x63656d6d6f63, %r10
+	cmpq %r10, (%rax)
 	jne 5f
+	movq %rax, %r11
 	movq 16(%rax), %rax
 	testq %rax, %rax
 	jz 7f
 	movq %rax, %rdi
 5:
-	movq xfwd_slot+640(%rip), %r10
+	movq xfwd_jump+640(%rip), %r10
 	testq %r10, %r10
 	jz 9f
+	testq %r11, %r11
+	jz 6f
+	lock incq 664(%r11)
+6:
 	jmpq *%r10
 7:
 	movq %rdi, %rsi
@@ -2195,13 +2535,14 @@ ncclGinBarrierCreateRequirement:
 	.p2align 4
 pncclLLA2ACalcSlots:
 ncclLLA2ACalcSlots:
-	movq xfwd_slot+648(%rip), %r10
+	movq xfwd_jump+648(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $81, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+648(%rip), %r10
+	movq xfwd_jump+648(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -2231,13 +2572,14 @@ ncclLLA2ACalcSlots:
 	.p2align 4
 pncclLLA2ACreateRequirement:
 ncclLLA2ACreateRequirement:
-	movq xfwd_slot+656(%rip), %r10
+	movq xfwd_jump+656(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $82, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+656(%rip), %r10
+	movq xfwd_jump+656(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -2267,13 +2609,14 @@ ncclLLA2ACreateRequirement:
 	.p2align 4
 pncclResetDebugInitInternal:
 ncclResetDebugInitInternal:
-	movq xfwd_slot+664(%rip), %r10
+	movq xfwd_jump+664(%rip), %r10
 	testq %r10, %r10
 	jz 1f
 	jmpq *%r10
 1:
+	movl $83, %r10d
 	callq xfwd_lazy
-	movq xfwd_slot+664(%rip), %r10
+	movq xfwd_jump+664(%rip), %r10
 	testq %r10, %r10
 	jz 9f
 	jmpq *%r10
@@ -2302,7 +2645,8 @@ ncclResetDebugInitInternal:
 	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
-/* Calls xfwd_ensure() keeping every argument register. */
+/* Calls xfwd_ensure(w13, the stub's index) keeping every argument
+ * register and x12 (the cecoll communicator of the call, or 0). */
 	.p2align 4
 	.type xfwd_lazy, %function
 xfwd_lazy:
@@ -2312,17 +2656,18 @@ xfwd_lazy:
 	stp x2, x3, [sp, #32]
 	stp x4, x5, [sp, #48]
 	stp x6, x7, [sp, #64]
-	str x8, [sp, #80]
+	stp x8, x12, [sp, #80]
 	stp q0, q1, [sp, #96]
 	stp q2, q3, [sp, #128]
 	stp q4, q5, [sp, #160]
 	stp q6, q7, [sp, #192]
+	mov w0, w13
 	bl xfwd_ensure
 	ldp x0, x1, [sp, #16]
 	ldp x2, x3, [sp, #32]
 	ldp x4, x5, [sp, #48]
 	ldp x6, x7, [sp, #64]
-	ldr x8, [sp, #80]
+	ldp x8, x12, [sp, #80]
 	ldp q0, q1, [sp, #96]
 	ldp q2, q3, [sp, #128]
 	ldp q4, q5, [sp, #160]
@@ -2339,6 +2684,7 @@ xfwd_lazy:
 	.p2align 4
 pncclCommRevoke:
 ncclCommRevoke:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2348,16 +2694,27 @@ ncclCommRevoke:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #80]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #104
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #10
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2370,14 +2727,24 @@ ncclCommRevoke:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #80]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #104
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2405,6 +2772,7 @@ ncclCommRevoke:
 	.p2align 4
 pncclCommGetUniqueId:
 ncclCommGetUniqueId:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2414,16 +2782,27 @@ ncclCommGetUniqueId:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #104]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #128
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #13
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2436,14 +2815,24 @@ ncclCommGetUniqueId:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #104]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #128
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2471,6 +2860,7 @@ ncclCommGetUniqueId:
 	.p2align 4
 pncclCommGrow:
 ncclCommGrow:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2480,16 +2870,27 @@ ncclCommGrow:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #112]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #136
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #14
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2502,14 +2903,24 @@ ncclCommGrow:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #112]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #136
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2537,17 +2948,18 @@ ncclCommGrow:
 	.p2align 4
 pncclResetDebugInit:
 ncclResetDebugInit:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #144]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #18
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #144]
 	cbz x16, 9f
 	br x16
@@ -2577,6 +2989,7 @@ ncclResetDebugInit:
 	.p2align 4
 pncclCommSuspend:
 ncclCommSuspend:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2586,16 +2999,27 @@ ncclCommSuspend:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #200]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #224
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #25
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2608,14 +3032,24 @@ ncclCommSuspend:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #200]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #224
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2643,6 +3077,7 @@ ncclCommSuspend:
 	.p2align 4
 pncclCommResume:
 ncclCommResume:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2652,16 +3087,27 @@ ncclCommResume:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #208]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #232
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #26
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2674,14 +3120,24 @@ ncclCommResume:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #208]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #232
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2709,6 +3165,7 @@ ncclCommResume:
 	.p2align 4
 pncclCommMemStats:
 ncclCommMemStats:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2718,16 +3175,27 @@ ncclCommMemStats:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #216]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #240
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #27
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2740,14 +3208,24 @@ ncclCommMemStats:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #216]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #240
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2788,6 +3266,7 @@ ncclWinGetUserPtr:
 	cbz x9, 8f
 	mov x1, x9
 5:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2797,16 +3276,27 @@ ncclWinGetUserPtr:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #240]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #264
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #30
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2832,14 +3322,24 @@ ncclWinGetUserPtr:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #240]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #264
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -2867,6 +3367,7 @@ ncclWinGetUserPtr:
 	.p2align 4
 pncclRedOpCreatePreMulSum:
 ncclRedOpCreatePreMulSum:
+	mov x12, xzr
 	mov x9, x4
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2876,16 +3377,27 @@ ncclRedOpCreatePreMulSum:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x4, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #248]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #272
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #31
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2898,14 +3410,24 @@ ncclRedOpCreatePreMulSum:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x4, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #248]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #272
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x4
@@ -2933,6 +3455,7 @@ ncclRedOpCreatePreMulSum:
 	.p2align 4
 pncclRedOpDestroy:
 ncclRedOpDestroy:
+	mov x12, xzr
 	mov x9, x1
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -2942,16 +3465,27 @@ ncclRedOpDestroy:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x1, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #256]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #280
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #32
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -2964,14 +3498,24 @@ ncclRedOpDestroy:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x1, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #256]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #280
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x1
@@ -2999,6 +3543,7 @@ ncclRedOpDestroy:
 	.p2align 4
 pncclReduce:
 ncclReduce:
+	mov x12, xzr
 	mov x9, x6
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3008,16 +3553,27 @@ ncclReduce:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x6, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #264]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #288
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #33
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3030,14 +3586,24 @@ ncclReduce:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x6, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #264]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #288
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x6
@@ -3065,6 +3631,7 @@ ncclReduce:
 	.p2align 4
 pncclAllReduce:
 ncclAllReduce:
+	mov x12, xzr
 	mov x9, x5
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3074,16 +3641,27 @@ ncclAllReduce:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #288]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #312
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #36
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3096,14 +3674,24 @@ ncclAllReduce:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #288]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #312
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x5
@@ -3131,6 +3719,7 @@ ncclAllReduce:
 	.p2align 4
 pncclReduceScatter:
 ncclReduceScatter:
+	mov x12, xzr
 	mov x9, x5
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3140,16 +3729,27 @@ ncclReduceScatter:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #296]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #320
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #37
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3162,14 +3762,24 @@ ncclReduceScatter:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #296]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #320
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x5
@@ -3197,6 +3807,7 @@ ncclReduceScatter:
 	.p2align 4
 pncclAllReduceConfig:
 ncclAllReduceConfig:
+	mov x12, xzr
 	mov x9, x5
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3206,16 +3817,27 @@ ncclAllReduceConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #336]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #360
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #42
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3228,14 +3850,24 @@ ncclAllReduceConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #336]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #360
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x5
@@ -3263,6 +3895,7 @@ ncclAllReduceConfig:
 	.p2align 4
 pncclReduceConfig:
 ncclReduceConfig:
+	mov x12, xzr
 	mov x9, x6
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3272,16 +3905,27 @@ ncclReduceConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x6, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #352]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #376
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #44
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3294,14 +3938,24 @@ ncclReduceConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x6, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #352]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #376
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x6
@@ -3329,6 +3983,7 @@ ncclReduceConfig:
 	.p2align 4
 pncclReduceScatterConfig:
 ncclReduceScatterConfig:
+	mov x12, xzr
 	mov x9, x5
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3338,16 +3993,27 @@ ncclReduceScatterConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #368]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #392
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #46
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3360,14 +4026,24 @@ ncclReduceScatterConfig:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x5, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #368]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #392
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x5
@@ -3408,6 +4084,7 @@ ncclPutSignal:
 	cbz x9, 8f
 	mov x4, x9
 5:
+	mov x12, xzr
 	ldr x9, [sp, #8]
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3417,16 +4094,27 @@ ncclPutSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	str x9, [sp, #8]
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #416]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #440
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #52
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3452,14 +4140,24 @@ ncclPutSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	str x9, [sp, #8]
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #416]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #440
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	ldr x1, [sp, #8]
@@ -3487,6 +4185,7 @@ ncclPutSignal:
 	.p2align 4
 pncclSignal:
 ncclSignal:
+	mov x12, xzr
 	mov x9, x4
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3496,16 +4195,27 @@ ncclSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x4, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #424]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #448
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #53
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3518,14 +4228,24 @@ ncclSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x4, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #424]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #448
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x4
@@ -3553,6 +4273,7 @@ ncclSignal:
 	.p2align 4
 pncclWaitSignal:
 ncclWaitSignal:
+	mov x12, xzr
 	mov x9, x2
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -3562,16 +4283,27 @@ ncclWaitSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x2, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #432]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #456
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #54
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -3584,14 +4316,24 @@ ncclWaitSignal:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x2, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #432]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #456
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x2
@@ -3619,17 +4361,18 @@ ncclWaitSignal:
 	.p2align 4
 pncclParamBind:
 ncclParamBind:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #464]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #58
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #464]
 	cbz x16, 9f
 	br x16
@@ -3659,17 +4402,18 @@ ncclParamBind:
 	.p2align 4
 pncclParamGetI8:
 ncclParamGetI8:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #472]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #59
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #472]
 	cbz x16, 9f
 	br x16
@@ -3699,17 +4443,18 @@ ncclParamGetI8:
 	.p2align 4
 pncclParamGetI16:
 ncclParamGetI16:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #480]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #60
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #480]
 	cbz x16, 9f
 	br x16
@@ -3739,17 +4484,18 @@ ncclParamGetI16:
 	.p2align 4
 pncclParamGetI32:
 ncclParamGetI32:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #488]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #61
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #488]
 	cbz x16, 9f
 	br x16
@@ -3779,17 +4525,18 @@ ncclParamGetI32:
 	.p2align 4
 pncclParamGetI64:
 ncclParamGetI64:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #496]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #62
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #496]
 	cbz x16, 9f
 	br x16
@@ -3819,17 +4566,18 @@ ncclParamGetI64:
 	.p2align 4
 pncclParamGetU8:
 ncclParamGetU8:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #504]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #63
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #504]
 	cbz x16, 9f
 	br x16
@@ -3859,17 +4607,18 @@ ncclParamGetU8:
 	.p2align 4
 pncclParamGetU16:
 ncclParamGetU16:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #512]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #64
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #512]
 	cbz x16, 9f
 	br x16
@@ -3899,17 +4648,18 @@ ncclParamGetU16:
 	.p2align 4
 pncclParamGetU32:
 ncclParamGetU32:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #520]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #65
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #520]
 	cbz x16, 9f
 	br x16
@@ -3939,17 +4689,18 @@ ncclParamGetU32:
 	.p2align 4
 pncclParamGetU64:
 ncclParamGetU64:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #528]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #66
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #528]
 	cbz x16, 9f
 	br x16
@@ -3979,17 +4730,18 @@ ncclParamGetU64:
 	.p2align 4
 pncclParamGetStr:
 ncclParamGetStr:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #536]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #67
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #536]
 	cbz x16, 9f
 	br x16
@@ -4019,17 +4771,18 @@ ncclParamGetStr:
 	.p2align 4
 pncclParamGet:
 ncclParamGet:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #544]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #68
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #544]
 	cbz x16, 9f
 	br x16
@@ -4059,17 +4812,18 @@ ncclParamGet:
 	.p2align 4
 pncclParamGetParameter:
 ncclParamGetParameter:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #552]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #69
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #552]
 	cbz x16, 9f
 	br x16
@@ -4099,17 +4853,18 @@ ncclParamGetParameter:
 	.p2align 4
 pncclParamGetAllParameterKeys:
 ncclParamGetAllParameterKeys:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #560]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #70
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #560]
 	cbz x16, 9f
 	br x16
@@ -4139,17 +4894,18 @@ ncclParamGetAllParameterKeys:
 	.p2align 4
 pncclParamDumpAll:
 ncclParamDumpAll:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #568]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #71
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #568]
 	cbz x16, 9f
 	br x16
@@ -4179,6 +4935,7 @@ ncclParamDumpAll:
 	.p2align 4
 pncclDevCommCreate:
 ncclDevCommCreate:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4188,16 +4945,27 @@ ncclDevCommCreate:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #576]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #600
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #72
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4210,14 +4978,24 @@ ncclDevCommCreate:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #576]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #600
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4245,6 +5023,7 @@ ncclDevCommCreate:
 	.p2align 4
 pncclDevCommDestroy:
 ncclDevCommDestroy:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4254,16 +5033,27 @@ ncclDevCommDestroy:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #584]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #608
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #73
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4276,14 +5066,24 @@ ncclDevCommDestroy:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #584]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #608
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4311,6 +5111,7 @@ ncclDevCommDestroy:
 	.p2align 4
 pncclTeamWorld:
 ncclTeamWorld:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4320,16 +5121,27 @@ ncclTeamWorld:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #592]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #616
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #74
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4342,14 +5154,24 @@ ncclTeamWorld:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #592]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #616
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4377,6 +5199,7 @@ ncclTeamWorld:
 	.p2align 4
 pncclTeamLsa:
 ncclTeamLsa:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4386,16 +5209,27 @@ ncclTeamLsa:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #600]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #624
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #75
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4408,14 +5242,24 @@ ncclTeamLsa:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #600]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #624
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4443,6 +5287,7 @@ ncclTeamLsa:
 	.p2align 4
 pncclTeamRail:
 ncclTeamRail:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4452,16 +5297,27 @@ ncclTeamRail:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #608]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #632
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #76
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4474,14 +5330,24 @@ ncclTeamRail:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #608]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #632
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4509,6 +5375,7 @@ ncclTeamRail:
 	.p2align 4
 pncclTeamRankToWorld:
 ncclTeamRankToWorld:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4518,16 +5385,27 @@ ncclTeamRankToWorld:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #616]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #640
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #77
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4540,14 +5418,24 @@ ncclTeamRankToWorld:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #616]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #640
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4575,6 +5463,7 @@ ncclTeamRankToWorld:
 	.p2align 4
 pncclTeamRankToLsa:
 ncclTeamRankToLsa:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4584,16 +5473,27 @@ ncclTeamRankToLsa:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #624]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #648
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #78
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4606,14 +5506,24 @@ ncclTeamRankToLsa:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #624]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #648
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4641,17 +5551,18 @@ ncclTeamRankToLsa:
 	.p2align 4
 pncclLsaBarrierCreateRequirement:
 ncclLsaBarrierCreateRequirement:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #632]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #79
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #632]
 	cbz x16, 9f
 	br x16
@@ -4681,6 +5592,7 @@ ncclLsaBarrierCreateRequirement:
 	.p2align 4
 pncclGinBarrierCreateRequirement:
 ncclGinBarrierCreateRequirement:
+	mov x12, xzr
 	mov x9, x0
 	cbz x9, 5f
 	ldr x10, [x9]
@@ -4690,16 +5602,27 @@ ncclGinBarrierCreateRequirement:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #640]
 	cbz x16, 1f
+	cbz x12, 4f
+	mov x14, #664
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 1:
+	mov w13, #80
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
@@ -4712,14 +5635,24 @@ ncclGinBarrierCreateRequirement:
 	movk x11, #0x0, lsl #48
 	cmp x10, x11
 	b.ne 5f
+	mov x12, x9
 	ldr x9, [x9, #16]
 	cbz x9, 7f
 	mov x0, x9
 5:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #640]
 	cbz x16, 9f
+	cbz x12, 4f
+	mov x14, #664
+	add x14, x12, x14
+3:
+	ldxr x13, [x14]
+	add x13, x13, #1
+	stxr w15, x13, [x14]
+	cbnz w15, 3b
+4:
 	br x16
 7:
 	mov x1, x0
@@ -4747,17 +5680,18 @@ ncclGinBarrierCreateRequirement:
 	.p2align 4
 pncclLLA2ACalcSlots:
 ncclLLA2ACalcSlots:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #648]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #81
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #648]
 	cbz x16, 9f
 	br x16
@@ -4787,17 +5721,18 @@ ncclLLA2ACalcSlots:
 	.p2align 4
 pncclLLA2ACreateRequirement:
 ncclLLA2ACreateRequirement:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #656]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #82
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #656]
 	cbz x16, 9f
 	br x16
@@ -4827,17 +5762,18 @@ ncclLLA2ACreateRequirement:
 	.p2align 4
 pncclResetDebugInitInternal:
 ncclResetDebugInitInternal:
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #664]
 	cbz x16, 1f
 	br x16
 1:
+	mov w13, #83
 	stp x29, x30, [sp, #-16]!
 	bl xfwd_lazy
 	ldp x29, x30, [sp], #16
-	adrp x16, xfwd_slot
-	add x16, x16, :lo12:xfwd_slot
+	adrp x16, xfwd_jump
+	add x16, x16, :lo12:xfwd_jump
 	ldr x16, [x16, #664]
 	cbz x16, 9f
 	br x16

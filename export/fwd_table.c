@@ -2,6 +2,7 @@
 #include "fwd_table.h"
 
 void* xfwd_slot[XR_COUNT];
+void* xfwd_jump[XR_COUNT];
 
 const char* const xfwd_name[XR_COUNT] = {
     "ncclMemAlloc",

@@ -12,7 +12,7 @@ struct ncclWaitSignalDesc;
 struct ncclParamHandle;
 
 /* One slot per function of the API list: the real library's function,
- * filled by dlsym when it loads (NULL: none). Stubs jump through them. */
+ * filled by dlsym when it loads (NULL: none). */
 enum {
   XR_ncclMemAlloc = 0,
   XR_ncclMemFree = 1,
@@ -104,6 +104,9 @@ enum {
 };
 
 extern void* xfwd_slot[XR_COUNT] __attribute__((visibility("hidden")));
+/* The stubs jump through xfwd_jump, a stub's slot copied there at its first
+ * call (xfwd_ensure), which so sees each function's first call. */
+extern void* xfwd_jump[XR_COUNT] __attribute__((visibility("hidden")));
 extern const char* const xfwd_name[XR_COUNT] __attribute__((visibility("hidden")));
 /* 1 for the functions api.c implements, 0 for the stubs. */
 extern const unsigned char xfwd_handled[XR_COUNT] __attribute__((visibility("hidden")));

@@ -19,9 +19,11 @@ import (
 type entry struct {
 	win   bool
 	owner uintptr        // a window's communicator handle
-	wp    unsafe.Pointer // a window's C struct
+	wp    unsafe.Pointer // the C struct: a window's, or a communicator's (its summary at exit)
 	tomb  bool
 	last  *C.char // a communicator's own last-error text (errors.go), C memory
+	// summarized: its INFO summary was printed (summary.go)
+	summarized bool
 }
 
 // handles is the registry of live C handles, keyed by address: a destroyed
@@ -106,10 +108,13 @@ func newCommHandle(c *comm.Comm) C.ncclComm_t {
 	h := (*C.struct_ncclComm)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_ncclComm{}))))
 	h.magic = C.XCOMM_MAGIC
 	h.handle = C.uintptr_t(cgo.NewHandle(c))
+	if summaryOn() {
+		C.xsummary_armed = 1
+	}
 	c.BindRealSlot((*uintptr)(unsafe.Pointer(&h.real)))
 	handles.Lock()
 	key := uintptr(unsafe.Pointer(h))
-	handles.m[key] = &entry{}
+	handles.m[key] = &entry{wp: unsafe.Pointer(h)}
 	delete(handles.retired, key)
 	handles.Unlock()
 	return h

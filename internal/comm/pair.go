@@ -55,6 +55,7 @@ type pairing struct {
 	policy   forward.Policy // agreed at init
 	spans    bool           // its ranks are on several hosts: everything is forwarded
 	noCE     string         // copy engines cannot run safely on some rank (ceBlocked): everything is forwarded
+	tally    forward.Tally  // where its calls went, for the INFO summary (Summary)
 }
 
 // realRef is a real library's handle that a cecoll communicator or window
@@ -403,22 +404,23 @@ func (c *Comm) ForwardRefusal(call, why string) error {
 // arguments (cta: its ncclCollConfig_t's CTA policy, -1 if none), so every
 // rank decides alike, and it allocates nothing.
 func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int32, cta int) bool {
-	if c.lib == nil || c.state() != stReady {
-		return true // CE only, or cecoll's own refusal
+	if c.state() != stReady {
+		return true // cecoll's own refusal
 	}
 	elt := ce.TypeSize(dt)
 	bytes := uint64(count) * uint64(elt)
-	if c.Real() == 0 {
-		forward.Note(int(fn), fn.String(), bytes, true, forward.WhyNoReal)
+	if c.lib == nil {
+		c.tally.Add(int(fn), bytes, true) // CE only
 		return true
 	}
+	if c.Real() == 0 {
+		return c.routed(fn, bytes, true, forward.WhyNoReal)
+	}
 	if c.spans {
-		forward.Note(int(fn), fn.String(), bytes, false, forward.WhyNodes)
-		return false
+		return c.routed(fn, bytes, false, forward.WhyNodes)
 	}
 	if c.noCE != "" {
-		forward.Note(int(fn), fn.String(), bytes, false, forward.WhyNoCE)
-		return false
+		return c.routed(fn, bytes, false, forward.WhyNoCE)
 	}
 	// The deciding buffer of its row (ce op.go): the one every rank passes
 	// at the same offset of a window, or none does. A send and its receive
@@ -430,8 +432,20 @@ func (c *Comm) RouteCE(fn Func, send, recv hip.DevicePtr, count uintptr, dt int3
 		_, inWin = c.FindWindow(buf, size)
 	}
 	way, why := c.policy.CE(forward.Call{Bytes: bytes, InWindow: inWin && elt != 0, ZeroCTA: cta >= 0 && cta&forward.CTAPolicyZero != 0})
-	forward.Note(int(fn), fn.String(), bytes, way, why)
-	return way
+	return c.routed(fn, bytes, way, why)
+}
+
+// routed logs (once per kind) and counts where a call went; it returns ce.
+func (c *Comm) routed(fn Func, bytes uint64, ce bool, why forward.Why) bool {
+	forward.Note(int(fn), fn.String(), bytes, ce, why)
+	c.tally.Add(int(fn), bytes, ce)
+	return ce
+}
+
+// Summary is the INFO line of c's end: where its calls went, with stubs,
+// the calls its C handle's stubs forwarded.
+func (c *Comm) Summary(stubs []forward.StubCalls) string {
+	return forward.Summary(fmt.Sprintf("comm %#x rank %d/%d", c.w.key, c.rank, c.size), &c.tally, func(fn int) string { return Func(fn).String() }, stubs, c.policy)
 }
 
 // groupReal opens or closes the real library's group with cecoll's, on the

@@ -59,11 +59,14 @@ var ctypes = map[string]string{
 
 // Magic numbers of cecoll's C handles (export/cshim.h): a stub recognises
 // its own communicators and windows by them and reads the real handle at
-// offset realOff.
+// offset realOff. A communicator counts the calls of each stub that
+// carried it at callsOff (uint64 calls[XR_COUNT]), for the summary
+// CECOLL_DEBUG=INFO prints at its end.
 const (
 	commMagic = 0x63656d6d6f63
 	winMagic  = 0x6e69776365
 	realOff   = 16
+	callsOff  = 24
 )
 
 const (
@@ -309,7 +312,7 @@ struct ncclWaitSignalDesc;
 struct ncclParamHandle;
 
 /* One slot per function of the API list: the real library's function,
- * filled by dlsym when it loads (NULL: none). Stubs jump through them. */
+ * filled by dlsym when it loads (NULL: none). */
 enum {
 `)
 	for _, f := range fns {
@@ -317,6 +320,9 @@ enum {
 	}
 	fmt.Fprintf(&b, "  XR_COUNT = %d\n};\n\n", len(fns))
 	b.WriteString(`extern void* xfwd_slot[XR_COUNT] __attribute__((visibility("hidden")));
+/* The stubs jump through xfwd_jump, a stub's slot copied there at its first
+ * call (xfwd_ensure), which so sees each function's first call. */
+extern void* xfwd_jump[XR_COUNT] __attribute__((visibility("hidden")));
 extern const char* const xfwd_name[XR_COUNT] __attribute__((visibility("hidden")));
 /* 1 for the functions api.c implements, 0 for the stubs. */
 extern const unsigned char xfwd_handled[XR_COUNT] __attribute__((visibility("hidden")));
@@ -350,7 +356,7 @@ extern const unsigned char xfwd_takes_comm[XR_COUNT] __attribute__((visibility("
 func tableSource(fns []*fn) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "/* fwd_table.c: %s. */\n", banner)
-	b.WriteString("#include \"fwd_table.h\"\n\nvoid* xfwd_slot[XR_COUNT];\n\nconst char* const xfwd_name[XR_COUNT] = {\n")
+	b.WriteString("#include \"fwd_table.h\"\n\nvoid* xfwd_slot[XR_COUNT];\nvoid* xfwd_jump[XR_COUNT];\n\nconst char* const xfwd_name[XR_COUNT] = {\n")
 	for _, f := range fns {
 		fmt.Fprintf(&b, "    \"%s\",\n", f.name)
 	}
@@ -482,9 +488,14 @@ func stubSource(stubs []*fn) ([]byte, error) {
  * every argument where the caller put it, except that a cecoll
  * communicator or window (recognised by its magic number) becomes the real
  * one it owns; then it jumps to the real function, whose return goes
- * straight to the caller. A NULL or foreign handle passes unchanged. The
- * first call before the real library was looked up calls xfwd_lazy (which
- * keeps the argument registers) and tries again; with no real function,
+ * straight to the caller. A NULL or foreign handle passes unchanged. A
+ * stub jumps through xfwd_jump, empty until the function's first call:
+ * that call goes through xfwd_lazy (which keeps the argument registers) to
+ * xfwd_ensure(index), which looks the real library up if it was not yet,
+ * logs the route once and fills the entry; then the stub tries again.
+ * Each call that carries a cecoll communicator adds one to that
+ * communicator's calls[index] (one locked add), for the summary
+ * CECOLL_DEBUG=INFO prints at its end. With no real function,
  * or a cecoll handle that owns no real one, it jumps to
  * xfwd_refuse(index, comm, why), which returns the refusal to the caller,
  * or, for a function that does not return ncclResult_t, to
@@ -499,7 +510,9 @@ func stubSource(stubs []*fn) ([]byte, error) {
 	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
-/* Calls xfwd_ensure() keeping every argument register. */
+/* Calls xfwd_ensure(%r10d, the stub's index) keeping every argument
+ * register and %r11 (the cecoll communicator of the call, or 0). Eight
+ * pushes and 128 bytes keep the stack 16-byte aligned for the call. */
 	.p2align 4
 	.type xfwd_lazy, @function
 xfwd_lazy:
@@ -509,6 +522,8 @@ xfwd_lazy:
 	pushq %rcx
 	pushq %r8
 	pushq %r9
+	pushq %r10
+	pushq %r11
 	subq $128, %rsp
 	movdqu %xmm0, 0(%rsp)
 	movdqu %xmm1, 16(%rsp)
@@ -518,6 +533,7 @@ xfwd_lazy:
 	movdqu %xmm5, 80(%rsp)
 	movdqu %xmm6, 96(%rsp)
 	movdqu %xmm7, 112(%rsp)
+	movl %r10d, %edi
 	callq xfwd_ensure
 	movdqu 0(%rsp), %xmm0
 	movdqu 16(%rsp), %xmm1
@@ -528,6 +544,8 @@ xfwd_lazy:
 	movdqu 96(%rsp), %xmm6
 	movdqu 112(%rsp), %xmm7
 	addq $128, %rsp
+	popq %r11
+	popq %r10
 	popq %r9
 	popq %r8
 	popq %rcx
@@ -550,7 +568,8 @@ xfwd_lazy:
 	.hidden xfwd_refuse_zero
 	.hidden xfwd_ensure
 
-/* Calls xfwd_ensure() keeping every argument register. */
+/* Calls xfwd_ensure(w13, the stub's index) keeping every argument
+ * register and x12 (the cecoll communicator of the call, or 0). */
 	.p2align 4
 	.type xfwd_lazy, %function
 xfwd_lazy:
@@ -560,17 +579,18 @@ xfwd_lazy:
 	stp x2, x3, [sp, #32]
 	stp x4, x5, [sp, #48]
 	stp x6, x7, [sp, #64]
-	str x8, [sp, #80]
+	stp x8, x12, [sp, #80]
 	stp q0, q1, [sp, #96]
 	stp q2, q3, [sp, #128]
 	stp q4, q5, [sp, #160]
 	stp q6, q7, [sp, #192]
+	mov w0, w13
 	bl xfwd_ensure
 	ldp x0, x1, [sp, #16]
 	ldp x2, x3, [sp, #32]
 	ldp x4, x5, [sp, #48]
 	ldp x6, x7, [sp, #64]
-	ldr x8, [sp, #80]
+	ldp x8, x12, [sp, #80]
 	ldp q0, q1, [sp, #96]
 	ldp q2, q3, [sp, #128]
 	ldp q4, q5, [sp, #160]
@@ -609,11 +629,14 @@ func head(b *bytes.Buffer, f *fn, typ string) {
 type arch struct {
 	name, typ string // locate's ABI; the symbol type directive's argument
 	// xlate swaps a cecoll handle at l for the real one it owns; a cecoll
-	// handle without one jumps to refuse.
-	xlate func(b *bytes.Buffer, l loc, magic uint64, refuse string)
-	// dispatch jumps to slot index, or to miss when it is empty.
-	dispatch func(b *bytes.Buffer, index int, miss string)
-	lazy     string // calls xfwd_lazy
+	// handle without one jumps to refuse. For the communicator (count) it
+	// keeps the cecoll handle in the count register (0: none; first, the
+	// first pass, clears it), which xfwd_lazy keeps.
+	xlate func(b *bytes.Buffer, l loc, magic uint64, refuse string, count, first bool)
+	// dispatch jumps to jump entry index, or to miss when it is empty;
+	// count: first adds one to the counted communicator's calls[index].
+	dispatch func(b *bytes.Buffer, index int, miss string, count bool)
+	lazy     func(b *bytes.Buffer, index int) // calls xfwd_lazy
 	// refuse jumps to target, xfwd_refuse or xfwd_refuse_zero, with
 	// (index, the communicator at comm, why).
 	refuse func(b *bytes.Buffer, index int, comm *loc, why int, target string)
@@ -621,15 +644,27 @@ type arch struct {
 
 var x86 = arch{
 	name: "x86_64", typ: "@function",
-	xlate: func(b *bytes.Buffer, l loc, magic uint64, refuse string) {
+	xlate: func(b *bytes.Buffer, l loc, magic uint64, refuse string, count, first bool) {
 		at := x86Loc(l)
-		fmt.Fprintf(b, "\tmovq %s, %%rax\n\ttestq %%rax, %%rax\n\tjz 5f\n\tmovabsq $%#x, %%r11\n\tcmpq %%r11, (%%rax)\n\tjne 5f\n"+
-			"\tmovq %d(%%rax), %%rax\n\ttestq %%rax, %%rax\n\tjz %s\n\tmovq %%rax, %s\n5:\n", at, magic, realOff, refuse, at)
+		if count && first {
+			b.WriteString("\txorl %r11d, %r11d\n")
+		}
+		fmt.Fprintf(b, "\tmovq %s, %%rax\n\ttestq %%rax, %%rax\n\tjz 5f\n\tmovabsq $%#x, %%r10\n\tcmpq %%r10, (%%rax)\n\tjne 5f\n", at, magic)
+		if count {
+			b.WriteString("\tmovq %rax, %r11\n")
+		}
+		fmt.Fprintf(b, "\tmovq %d(%%rax), %%rax\n\ttestq %%rax, %%rax\n\tjz %s\n\tmovq %%rax, %s\n5:\n", realOff, refuse, at)
 	},
-	dispatch: func(b *bytes.Buffer, index int, miss string) {
-		fmt.Fprintf(b, "\tmovq xfwd_slot+%d(%%rip), %%r10\n\ttestq %%r10, %%r10\n\tjz %s\n\tjmpq *%%r10\n", 8*index, miss)
+	dispatch: func(b *bytes.Buffer, index int, miss string, count bool) {
+		fmt.Fprintf(b, "\tmovq xfwd_jump+%d(%%rip), %%r10\n\ttestq %%r10, %%r10\n\tjz %s\n", 8*index, miss)
+		if count {
+			fmt.Fprintf(b, "\ttestq %%r11, %%r11\n\tjz 6f\n\tlock incq %d(%%r11)\n6:\n", callsOff+8*index)
+		}
+		b.WriteString("\tjmpq *%r10\n")
 	},
-	lazy: "\tcallq xfwd_lazy\n",
+	lazy: func(b *bytes.Buffer, index int) {
+		fmt.Fprintf(b, "\tmovl $%d, %%r10d\n\tcallq xfwd_lazy\n", index)
+	},
 	refuse: func(b *bytes.Buffer, index int, comm *loc, why int, target string) {
 		arg := "\txorl %esi, %esi\n"
 		if comm != nil {
@@ -643,10 +678,17 @@ var x86 = arch{
 var arm64 = arch{
 	name: "arm64", typ: "%function",
 	xlate: armXlate,
-	dispatch: func(b *bytes.Buffer, index int, miss string) {
-		fmt.Fprintf(b, "\tadrp x16, xfwd_slot\n\tadd x16, x16, :lo12:xfwd_slot\n\tldr x16, [x16, #%d]\n\tcbz x16, %s\n\tbr x16\n", 8*index, miss)
+	dispatch: func(b *bytes.Buffer, index int, miss string, count bool) {
+		fmt.Fprintf(b, "\tadrp x16, xfwd_jump\n\tadd x16, x16, :lo12:xfwd_jump\n\tldr x16, [x16, #%d]\n\tcbz x16, %s\n", 8*index, miss)
+		if count {
+			// No LSE atomics assumed: an exclusive load/store loop.
+			fmt.Fprintf(b, "\tcbz x12, 4f\n\tmov x14, #%d\n\tadd x14, x12, x14\n3:\n\tldxr x13, [x14]\n\tadd x13, x13, #1\n\tstxr w15, x13, [x14]\n\tcbnz w15, 3b\n4:\n", callsOff+8*index)
+		}
+		b.WriteString("\tbr x16\n")
 	},
-	lazy: "\tstp x29, x30, [sp, #-16]!\n\tbl xfwd_lazy\n\tldp x29, x30, [sp], #16\n",
+	lazy: func(b *bytes.Buffer, index int) {
+		fmt.Fprintf(b, "\tmov w13, #%d\n\tstp x29, x30, [sp, #-16]!\n\tbl xfwd_lazy\n\tldp x29, x30, [sp], #16\n", index)
+	},
 	refuse: func(b *bytes.Buffer, index int, comm *loc, why int, target string) {
 		arg := "\tmov x1, xzr\n"
 		if comm != nil {
@@ -674,19 +716,20 @@ func stub(b *bytes.Buffer, f *fn, a arch) error {
 		return err
 	}
 	head(b, f, a.typ)
-	xlate := func() {
+	xlate := func(first bool) {
 		for _, w := range wins {
-			a.xlate(b, w, winMagic, "8f")
+			a.xlate(b, w, winMagic, "8f", false, first)
 		}
 		if comm != nil {
-			a.xlate(b, *comm, commMagic, "7f")
+			a.xlate(b, *comm, commMagic, "7f", true, first)
 		}
 	}
-	xlate()
-	a.dispatch(b, f.index, "1f")
-	b.WriteString("1:\n" + a.lazy)
-	xlate()
-	a.dispatch(b, f.index, "9f")
+	xlate(true)
+	a.dispatch(b, f.index, "1f", comm != nil)
+	b.WriteString("1:\n")
+	a.lazy(b, f.index)
+	xlate(false)
+	a.dispatch(b, f.index, "9f", comm != nil)
 	target := "xfwd_refuse"
 	if !returns[f.ret] {
 		target = "xfwd_refuse_zero"
@@ -716,9 +759,16 @@ func armStore(l loc, src string) string {
 	return fmt.Sprintf("\tstr %s, [sp, #%d]\n", src, l.stack)
 }
 
-func armXlate(b *bytes.Buffer, l loc, magic uint64, refuse string) {
+func armXlate(b *bytes.Buffer, l loc, magic uint64, refuse string, count, first bool) {
+	if count && first {
+		b.WriteString("\tmov x12, xzr\n")
+	}
 	b.WriteString(armLoad(l, "x9"))
 	fmt.Fprintf(b, "\tcbz x9, 5f\n\tldr x10, [x9]\n\tmovz x11, #%#x\n\tmovk x11, #%#x, lsl #16\n\tmovk x11, #%#x, lsl #32\n\tmovk x11, #%#x, lsl #48\n",
 		magic&0xffff, (magic>>16)&0xffff, (magic>>32)&0xffff, (magic>>48)&0xffff)
-	fmt.Fprintf(b, "\tcmp x10, x11\n\tb.ne 5f\n\tldr x9, [x9, #%d]\n\tcbz x9, %s\n%s5:\n", realOff, refuse, armStore(l, "x9"))
+	b.WriteString("\tcmp x10, x11\n\tb.ne 5f\n")
+	if count {
+		b.WriteString("\tmov x12, x9\n")
+	}
+	fmt.Fprintf(b, "\tldr x9, [x9, #%d]\n\tcbz x9, %s\n%s5:\n", realOff, refuse, armStore(l, "x9"))
 }
