@@ -518,8 +518,8 @@ func TestB15_InitOutsideCapture(t *testing.T) {
 	})
 }
 
-// heldUntilPeers runs c on every rank with rank 1 issuing its call 50 ms
-// late, and fails when another rank's stream finished before that: a sync
+// heldUntilPeers runs c on every rank with rank 1 issuing its call late
+// (by 50 ms), and fails when another rank's stream finished before that: a sync
 // that passes without its peers (then data may still look right, by
 // timing). late is the world's "rank 1 issued" mark.
 func heldUntilPeers(r *rankEnv, c collCase, late *atomic.Bool) error {

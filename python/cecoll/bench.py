@@ -1,4 +1,4 @@
-"""cecoll against torch.distributed's gloo backend, in one run (issue 5).
+"""cecoll against torch.distributed's gloo backend, in one run.
 
     PYTHONPATH=python CECOLL_LIBRARY=build/libcecoll.so /usr/bin/python3 -m cecoll.bench \
         [--ranks 2,4] [--sizes 32,4M,64M] [--json FILE]

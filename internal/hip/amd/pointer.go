@@ -40,8 +40,9 @@ const (
 // imported is answered from its table (PtrDevice, its device, base and
 // size); anything else is asked of hipPointerGetAttributes, and for
 // device memory hipMemGetAddressRange gives base and size. For memory HIP
-// does not know, ROCm releases before the fix of ROCm/hip issue 3057
-// (2024) return hipErrorInvalidValue and later ones hipSuccess with
+// does not know, ROCm releases before the fix of
+// https://github.com/ROCm/hip/issues/3057 (2024) return
+// hipErrorInvalidValue and later ones hipSuccess with
 // hipMemoryTypeUnregistered: both mean "not HIP's", and mincore(2) then
 // tells pageable host memory (PtrHostPageable) from an address that is
 // not mapped (PtrUnmapped).
