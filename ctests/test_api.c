@@ -67,6 +67,12 @@ static void check_version_and_devices(void) {
   EXPECT_RESULT(cecollGetBackend(&backend), ncclSuccess);
   EXPECT(backend && (!strcmp(backend, "host") || !strcmp(backend, "nvidia") || !strcmp(backend, "amd")),
          "backend %s", backend ? backend : "(null)");
+  const char* own = NULL;
+  int major = -1, minor = -1, patch = -1, end = 0;
+  EXPECT_RESULT(cecollGetVersion(&own), ncclSuccess);
+  EXPECT(own && sscanf(own, "%d.%d.%d%n", &major, &minor, &patch, &end) == 3 && own[end] == '\0',
+         "cecollGetVersion = %s, not MAJOR.MINOR.PATCH", own ? own : "(null)");
+  EXPECT_RESULT(cecollGetVersion(NULL), ncclInvalidArgument);
   EXPECT_RESULT(cecollGetDeviceCount(&count), ncclSuccess);
   EXPECT(count >= 1, "device count %d", count);
   for (dev = 0; dev < count; dev++) EXPECT_RESULT(cecollSetDevice(dev), ncclSuccess);

@@ -279,6 +279,7 @@ ncclResult_t ncclLaunchCeColl(ncclComm_t comm, const struct ncclCeCollArgs* args
 }
 
 ncclResult_t cecollGetBackend(const char** name) { XENTER(); return goexp_cecollGetBackend((char**)name); }
+ncclResult_t cecollGetVersion(const char** version) { XENTER(); return goexp_cecollGetVersion((char**)version); }
 ncclResult_t cecollGetDeviceCount(int* count) { XENTER(); return goexp_cecollGetDeviceCount(count); }
 ncclResult_t cecollSetDevice(int device) { XENTER(); return goexp_cecollSetDevice(device); }
 ncclResult_t cecollStreamCreate(cudaStream_t* stream) { XENTER(); return goexp_cecollStreamCreate(stream); }

@@ -102,6 +102,10 @@ typedef struct cecollGraph_st* cecollGraph_t;
 /* The backend in use: "host", "nvidia" or "amd" (a static string). */
 ncclResult_t cecollGetBackend(const char** name);
 
+/* cecoll's own version, as "0.1.0" (a static string); ncclGetVersion gives
+ * the NCCL API's. */
+ncclResult_t cecollGetVersion(const char** version);
+
 /* Number of devices of the backend. */
 ncclResult_t cecollGetDeviceCount(int* count);
 

@@ -8,12 +8,11 @@ but ncclSuccess into a CecollError.
 
 import ctypes
 import os
-import re
 import threading
 
 # cecoll's own version, as the repository's VERSION file holds it
-# (python/tests keeps the two equal). version() prefers what the loaded
-# library says; this is its fallback.
+# (python/tests keeps the two equal): the package's; version() is the
+# loaded library's.
 PACKAGE_VERSION = "0.1.0"
 
 NCCL_UNIQUE_ID_BYTES = 128
@@ -186,27 +185,12 @@ def backend():
 
 def version():
     """cecoll's own version, a string such as "0.1.0" (the VERSION file of
-    the tree the library was built from), from the loaded library: its
-    cecollGetVersion entry point where it has one, else its file name
-    (libcecoll.so links to libcecoll.so.VERSION), else PACKAGE_VERSION,
-    this package's own. Loads the library. NCCL's API version is
+    the tree the library was built from), from the loaded library
+    (cecollGetVersion). Loads the library. NCCL's API version is
     nccl_version()."""
-    handle = lib()
-    fn = getattr(handle, "cecollGetVersion", None)  # not in the C ABI of 0.1.0
-    if fn is not None:
-        fn.restype, fn.argtypes = _R, [ctypes.POINTER(ctypes.c_char_p)]
-        text = ctypes.c_char_p()
-        if fn(ctypes.byref(text)) == 0 and text.value:
-            return text.value.decode()
-    return version_of_file(_lib_path) or PACKAGE_VERSION
-
-
-def version_of_file(path):
-    """The version a libcecoll file's name carries once its links are
-    followed (libcecoll.so -> libcecoll.so.0 -> libcecoll.so.0.1.0: "0.1.0"),
-    or None (a copy under another name, such as a drop-in libnccl.so.2)."""
-    m = re.fullmatch(r"libcecoll\.so\.(\d+\.\d+\.\d+\S*)", os.path.basename(os.path.realpath(path)))
-    return m.group(1) if m else None
+    text = ctypes.c_char_p()
+    check("cecollGetVersion", ctypes.byref(text))
+    return text.value.decode()
 
 
 def nccl_version():

@@ -40,22 +40,10 @@ def test_library_search_order(monkeypatch, tmp_path):
 
 
 def test_package_version_is_the_repositorys():
-    # The fallback of cecoll.version(); the ranks check version() itself
-    # (cases.run_versions), with the library loaded.
+    # cecoll.__version__, the package's; the ranks check version(), the
+    # library's, against it (cases.run_versions).
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "VERSION")) as f:
         assert cecoll.__version__ == f.read().strip()
-
-
-def test_version_of_file(tmp_path):
-    real = tmp_path / "libcecoll.so.1.2.3"
-    real.write_bytes(b"")
-    (tmp_path / "libcecoll.so.1").symlink_to(real.name)
-    (tmp_path / "libcecoll.so").symlink_to("libcecoll.so.1")
-    assert _lib.version_of_file(str(tmp_path / "libcecoll.so")) == "1.2.3"
-    assert _lib.version_of_file(str(real)) == "1.2.3"
-    copy = tmp_path / "libnccl.so.2"  # a drop-in copy: its name says nothing of cecoll's version
-    copy.write_bytes(b"")
-    assert _lib.version_of_file(str(copy)) is None
 
 
 def test_error_fields():
