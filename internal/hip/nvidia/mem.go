@@ -8,7 +8,7 @@ import (
 	"cecoll/internal/hip"
 )
 
-// VMM constants (cuda.h, gpu-abi.md A.3).
+// VMM constants (cuda.h, docs/protocol.md#mapping-peer-memory).
 const (
 	memAllocationTypePinned = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
 	memHandleTypePosixFD    = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR

@@ -21,7 +21,7 @@ import (
 	"cecoll/internal/param"
 )
 
-// Driver constants used here (cuda.h, gpu-abi.md).
+// Driver constants used here (cuda.h, docs/protocol.md#runtime-facts-the-backends-rely-on).
 const (
 	streamNonBlocking      = 1     // CU_STREAM_NON_BLOCKING
 	attrVMMSupported       = 102   // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED

@@ -45,7 +45,7 @@ type symbol struct {
 
 // table lists every libcuda entry point the backend calls, under the
 // versioned names cuda.h's macros resolve to: dlsym of the plain name can
-// return a legacy ABI (gpu-abi.md section 0.1). No cuMulticast* symbol is
+// return a legacy ABI (docs/protocol.md#versioned-driver-symbols). No cuMulticast* symbol is
 // bound (see Runtime.MulticastCreate).
 func (s *syms) table() []symbol {
 	const opt = true

@@ -15,7 +15,7 @@ import (
 )
 
 // versioned lists the plain names whose cuda.h macro maps to another
-// exported symbol (gpu-abi.md section A.1 and cuda.h of CUDA 12/13): the
+// exported symbol (docs/protocol.md#versioned-driver-symbols and cuda.h of CUDA 12/13): the
 // table must bind the right-hand side, since dlsym of the left one returns
 // a legacy ABI.
 var versioned = map[string]string{
