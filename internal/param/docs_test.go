@@ -52,9 +52,10 @@ func table(t *testing.T, text, heading string) [][]string {
 // `NAME=value`.
 var varName = regexp.MustCompile("`([A-Z][A-Z0-9_]*)(?:=[^`]*)?`")
 
-// checkTable checks that a README table lists exactly the parameters of
-// class, each with its default in the second column.
-func checkTable(t *testing.T, rows [][]string, class Class, where string) {
+// checkRows checks that every row of a table names only parameters of
+// class, each with its default in the second column, and returns the
+// names it listed.
+func checkRows(t *testing.T, rows [][]string, class Class, where string) map[string]bool {
 	byName := map[string]Info{}
 	for _, info := range All() {
 		byName[info.Name] = info
@@ -73,6 +74,13 @@ func checkTable(t *testing.T, rows [][]string, class Class, where string) {
 			listed[name] = true
 		}
 	}
+	return listed
+}
+
+// checkTable checks that a table lists exactly the parameters of class,
+// each with its default in the second column.
+func checkTable(t *testing.T, rows [][]string, class Class, where string) {
+	listed := checkRows(t, rows, class, where)
 	for _, info := range All() {
 		if info.Class == class {
 			require.True(t, listed[info.Name], "%s does not list %s (%s)", where, info.Name, info.Doc)
@@ -80,21 +88,32 @@ func checkTable(t *testing.T, rows [][]string, class Class, where string) {
 	}
 }
 
-// README's tables hold the User and Host parameters with their defaults,
-// and no Tuning knob.
-func TestReadmeTables(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+// readDoc returns a file of the repository as text.
+func readDoc(t *testing.T, path ...string) string {
+	b, err := os.ReadFile(filepath.Join(append([]string{repoRoot(t)}, path...)...))
 	require.NoError(t, err)
-	text := string(b)
-	checkTable(t, table(t, text, "## Environment reference"), User, `README's "Environment reference"`)
-	checkTable(t, table(t, text, "### Host-device environment"), Host, `README's "Host-device environment"`)
+	return string(b)
+}
+
+// docs/environment.md's tables hold the User and Host parameters with
+// their defaults, and no Tuning knob.
+func TestEnvironmentDoc(t *testing.T) {
+	text := readDoc(t, "docs", "environment.md")
+	checkTable(t, table(t, text, "## What a user sets"), User, `docs/environment.md's "What a user sets"`)
+	checkTable(t, table(t, text, "## The host device"), Host, `docs/environment.md's "The host device"`)
+}
+
+// README's short list names a few User parameters, each declared and with
+// its default; the full table is docs/environment.md's.
+func TestReadmeEnvironment(t *testing.T) {
+	rows := table(t, readDoc(t, "README.md"), "## Environment variables")
+	listed := checkRows(t, rows, User, `README's "Environment variables"`)
+	require.NotEmpty(t, listed)
 }
 
 // docs/tuning.md's table is the registry's text for the Tuning parameters.
 func TestTuningDoc(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "tuning.md"))
-	require.NoError(t, err)
-	rows := table(t, string(b), "# Tuning knobs (for tests and cecoll-perf)")
+	rows := table(t, readDoc(t, "docs", "tuning.md"), "# Tuning knobs (for tests and cecoll-perf)")
 	var want [][]string
 	for _, info := range All() {
 		if info.Class == Tuning {
