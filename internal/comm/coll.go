@@ -47,6 +47,16 @@ func (c *Comm) Collective(fn Func, send, recv hip.DevicePtr, count uintptr, dt i
 // Launch is ncclLaunchCeColl. sendWin/recvWin (may be nil) are windows of
 // c holding the buffers.
 func (c *Comm) Launch(l *LaunchArgs, sendWin, recvWin *Window) error {
+	err := c.launchArgs(l, sendWin, recvWin)
+	if err == nil {
+		c.tally.Add(int(l.Func), uint64(l.Count)*uint64(l.EltSize), true) // the seed's entry: copy engines only
+	}
+	return err
+}
+
+// launchArgs is Launch's work: a send or receive goes to P2P, the rest to
+// launch.
+func (c *Comm) launchArgs(l *LaunchArgs, sendWin, recvWin *Window) error {
 	if l.Func == FuncSend || l.Func == FuncRecv {
 		// A send or receive: rootRank is its peer; windows change nothing.
 		if e := ce.TypeSize(l.Datatype); e != 0 && l.EltSize != e {

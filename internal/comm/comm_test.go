@@ -312,6 +312,27 @@ func TestLaunchAllocs(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// The INFO summary counts each routed call (RouteCE: without a real
+// library, the copy engines) and each call of the seed's entry point
+// (Launch), with their blocks' bytes.
+func TestSummaryCounts(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
+	defer func() { newEngine = old }()
+	rt := newRT(t, 1)
+	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
+	require.NoError(t, err)
+	defer destroyAll(t, comms)
+	c := comms[0]
+	require.True(t, c.RouteCE(ce.FuncAllGather, 0x1000, 0x2000, 8, 7, -1))
+	a := LaunchArgs{Func: FuncAlltoAll, Datatype: 7, EltSize: 4, Count: 8, Send: 0x1000, Recv: 0x2000, Stream: 0x1234}
+	require.NoError(t, c.Launch(&a, nil, nil))
+	a.EltSize = 8 // refused: not counted
+	require.Error(t, c.Launch(&a, nil, nil))
+	require.Contains(t, c.Summary(nil), " rank 0/2: copy engines 2 calls, 64 B (100% of the bytes cecoll routed) [AllGather 1, 32 B; AlltoAll 1, 32 B]; real library 0 calls")
+}
+
 // A grouped collective of every rank (ncclGroupStart, one call per rank,
 // ncclGroupEnd) allocates nothing either, once the thread has run a group.
 func TestGroupLaunchAllocs(t *testing.T) {
