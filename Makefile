@@ -248,8 +248,7 @@ install: all
 # Drop-in copies: cecoll with the SONAME of the library it stands in for, so
 # a program that needs libnccl.so.2 (or librccl.so.1) loads it from the
 # directory put first on LD_LIBRARY_PATH, and cecoll forwards what it does
-# not run to the real one it finds further on (README: "Use it under
-# PyTorch / any NCCL program").
+# not run to the real one it finds further on (docs/forward.md).
 DROPIN := $(BUILD)/dropin
 $(DROPIN)/libnccl.so.2 $(DROPIN)/librccl.so.1: $(GOFILES) $(CFILES)
 	@mkdir -p $(DROPIN)

@@ -1,9 +1,9 @@
 // Package param is cecoll's one registry of environment variables, in the
 // spirit of NCCL's NCCL_PARAM: every variable the library reads is declared
 // once, in params.go, with its default, the values it accepts, its parser,
-// a one-line doc and a class (User: README's "Environment reference";
-// Tuning: docs/tuning.md, for tests and cecoll-perf; Host: README's
-// "Host-device environment"). Code reads a typed value:
+// a one-line doc and a class (User: docs/environment.md's "What a user
+// sets"; Tuning: docs/tuning.md, for tests and cecoll-perf; Host:
+// docs/environment.md's "The host device"). Code reads a typed value:
 //
 //	limit := param.Timeout.Get()      // time.Duration
 //	bytes := param.StagingBytes.Get() // uintptr

@@ -17,13 +17,13 @@ import (
 type Class int
 
 const (
-	// User parameters are README's "Environment reference".
+	// User parameters are docs/environment.md's "What a user sets".
 	User Class = iota + 1
 	// Tuning parameters are docs/tuning.md: knobs for tests and cecoll-perf,
-	// absent from the README's table.
+	// absent from the user's table.
 	Tuning
-	// Host parameters configure the host device: README's "Host-device
-	// environment".
+	// Host parameters configure the host device: docs/environment.md's
+	// "The host device".
 	Host
 )
 

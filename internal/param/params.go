@@ -16,8 +16,9 @@ var (
 	socketFamilies = []string{"AF_INET", "AF_INET6"}
 )
 
-// Every environment variable cecoll reads, once each. README's tables and
-// docs/tuning.md follow these declarations (docs_test.go checks them).
+// Every environment variable cecoll reads, once each. docs/environment.md's
+// tables, the README's short list and docs/tuning.md follow these
+// declarations (docs_test.go checks them).
 var (
 	// Backend is read by internal/hip/backend, which refuses a bad value.
 	Backend = newChoice("CECOLL_BACKEND", User, "auto", []string{"auto", "nvidia", "amd", "host"},
