@@ -9,7 +9,7 @@
 # about 0.5 s, and contexts made at once serialise). Prints one line per
 # cell and a summary; with $OUT set, writes matrix-summary.txt there and
 # packs the logs of the cells with an unexpected outcome into
-# matrix-logs.tar.gz. On the H200 (tenth session) the in-process cells took
+# matrix-logs.tar.gz. On the H200 (2026-12-01) the in-process cells took
 # 100 s and the process cells 84 s under MPS (MATRIX_MPS=1: processes on one
 # GPU are otherwise time-sliced, about 10 s a cell).
 #
