@@ -37,7 +37,7 @@
 # pairwise subset plain and under each chaos seed with a 4 KiB staging
 # window (all of them: make test-matrix). A 10 s watchdog per cell, 4 processes at
 # a time (a hung cell sleeps, so more run than there are cores;
-# docs/measurements.md, "The matrix's running time"). Then the runner's
+# docs/performance.md, "The matrix's running time"). Then the runner's
 # own check: a cell that hangs mid-batch (MATRIX_SELFTEST_HANG).
 # Forward mode (test_forward.c): the fake "real NCCL" of ctests/fake-nccl
 # is built as build/ctests/fake-nccl/libnccl.so.2, and the test runs on

@@ -239,7 +239,7 @@ func goexp_cecollEventDestroy(e C.cecollEvent_t) (res C.ncclResult_t) {
 // captures every rank's stream (a grouped collective) ends the first
 // capture while its others are still open, and CUDA refuses
 // cuGraphInstantiate in that state (error 900, which invalidates the other
-// captures: docs/measurements.md, "Instantiating a graph while captures are
+// captures: docs/performance.md, "Instantiating a graph while captures are
 // open"): cecollStreamEndCapture then defers instantiation to the graph's
 // first launch (graphs.go).
 //

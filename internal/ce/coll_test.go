@@ -507,7 +507,7 @@ func TestHandler(t *testing.T) {
 // first round and after its last, not between rounds (only a pair's
 // handler touches its blocks), and every rank copies as many bytes (the
 // halfway pairs split: see handler); eager and captured, data checked
-// (docs/measurements.md, "In-place AlltoAll").
+// (docs/performance.md, "In-place AlltoAll").
 func TestSwapPlan(t *testing.T) {
 	c := collCase{fn: FuncAlltoAll, count: 1 << 13, inPlace: true, mode: bufWindow}
 	w := newWorld(t, 4, worldOpts{chaos: 3})

@@ -17,10 +17,10 @@ const (
 	// each round costing two syncs; in-place AlltoAll uses it as the
 	// scratch of its swaps, where 32 MiB (8 MiB pieces at 8 ranks) reached
 	// only 31-48% of the copy ceiling on one H200 against 60-62% with 64
-	// (docs/measurements.md, "In-place AlltoAll").
+	// (docs/performance.md, "In-place AlltoAll").
 	DefaultStagingBytes = 64 << 20
 	// DefaultHubBytes bounds a hub AllGather (chunk*n bytes per rank); see
-	// plan.go. docs/measurements.md, "Where hub rounds stop", has the sweep.
+	// plan.go. docs/performance.md, "Where hub rounds stop", has the sweep.
 	DefaultHubBytes = 4 << 20
 	// hubAlltoAllBytes bounds a hub AlltoAll (chunk*n) below HubBytes: its
 	// 2D copies lose to pushes sooner (same sweep).
@@ -38,7 +38,7 @@ const (
 const (
 	// SyncAuto: star from 4 ranks up unless the device has multicast,
 	// all pairs otherwise: the faster of the two at each size
-	// (docs/measurements.md, "Star or all pairs").
+	// (docs/performance.md, "Star or all pairs").
 	SyncAuto = "auto"
 	// SyncAllPairs: every rank signals every peer (n(n-1) writes, one
 	// hop), or once through multicast.

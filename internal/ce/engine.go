@@ -125,7 +125,7 @@ func (e *Engine) setup() error {
 	}
 	// Every stream of a process counts against the driver's limits (a
 	// graph launch blocks on the host once the streams and the graphs
-	// parked on waits reach about 34: docs/measurements.md, "Graphs with
+	// parked on waits reach about 34: docs/performance.md, "Graphs with
 	// parked waits"), and where ranks share a device a copy beside the
 	// others gains nothing: no side stream there.
 	if !e.c.DeviceShared() {
@@ -157,7 +157,7 @@ func (e *Engine) setup() error {
 // own stream and waits for it, before any flag wait of this communicator
 // exists: whatever the driver sets up lazily at a first use happens here
 // (without it a thread per rank's first collective could hang:
-// docs/measurements.md, "Warm-up before the first flag wait").
+// docs/performance.md, "Warm-up before the first flag wait").
 func (e *Engine) warmUp() error {
 	rt, s := e.rt, e.es
 	w := e.sig.local(localScratch)

@@ -9,7 +9,7 @@ import (
 
 // nullRT runs no device work, so BenchmarkLaunchNull times the engine's own
 // cost per Launch (validation, path, ops built, submit bookkeeping), to set
-// against a rank-call's host cost on a GPU (docs/measurements.md, "The
+// against a rank-call's host cost on a GPU (docs/performance.md, "The
 // engine's own launch cost").
 type nullRT struct{ testRT }
 

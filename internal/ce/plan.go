@@ -231,7 +231,7 @@ func (e *Engine) subBatches(chunk uintptr) int {
 // useHub: a small AllGather or AlltoAll on the group path with every rank
 // on one device runs as one rooted round at rank 0, which makes every copy
 // (kindHub): two hops of flags instead of the four of two star syncs
-// (docs/measurements.md, "Hub and released rounds, in us").
+// (docs/performance.md, "Hub and released rounds, in us").
 func (e *Engine) useHub(p *plan) bool {
 	bytes := uint64(p.chunk) * uint64(e.n)
 	if p.path != pathGroup || e.cfg.HubBytes <= 0 || !e.c.OneDevice() || bytes > uint64(e.cfg.HubBytes) {
@@ -352,7 +352,7 @@ func pushSrc(a *Args, d int, chunk, o uintptr) hip.DevicePtr {
 // at exactly half (n even) is split: the lower rank swaps the first half
 // of its blocks, the higher one the rest (handler names the lower). So
 // every rank moves (n-1)/2 pairs' worth, no rank idles (n=2) or carries
-// the halfway pairs alone (docs/measurements.md, "In-place AlltoAll").
+// the halfway pairs alone (docs/performance.md, "In-place AlltoAll").
 func handler(a, b, n int) int {
 	d := (b - a + n) % n
 	switch {
@@ -491,7 +491,7 @@ func (e *Engine) peerBlock(q int, o uintptr) hip.DevicePtr {
 // buffers are ready) and every rank copies its own block on its own
 // stream (from the root's send, or into the root's recv), so the n
 // copies run at once instead of one after another on the root's; step 1:
-// the peers signal the root that they are done (docs/measurements.md,
+// the peers signal the root that they are done (docs/performance.md,
 // "Hub and released rounds, in us").
 func (e *Engine) fillReleased(j int) (syncKind, int) {
 	p := &e.cur.plan

@@ -13,11 +13,11 @@ import (
 // stream, a stream shared by several ranks in a group, or the legacy NULL
 // stream, and the engine knows its streams. (The caller's stream still
 // waits on the end event, and an event wait holds a hardware queue as a
-// flag wait does: docs/measurements.md, "Do event waits hold hardware
+// flag wait does: docs/performance.md, "Do event waits hold hardware
 // queues?"; internal/comm counts two per rank.) A call that syncs by
 // events runs on the caller's stream itself: its waits are on events
 // recorded before them, and the joins would only add two hops between one
-// call's copies and the next's (docs/measurements.md, "Event calls on the
+// call's copies and the next's (docs/performance.md, "Event calls on the
 // caller's stream"). Every eager call first waits for the communicator's
 // latest work (B19: afterTail). A captured call forks es into the capture
 // (ranks sharing a stream need the branches); es then stays in the
@@ -152,7 +152,7 @@ func (e *Engine) prepare(a *Args) (Prepared, error) {
 // a group of one thread holding every rank (the group hands every rank's
 // event: Args.PeerEvents), with every rank on one device, eagerly (a
 // graph is replayed later, with no such order); flags everywhere else.
-// Events are the faster there (docs/measurements.md, "Events or flags").
+// Events are the faster there (docs/performance.md, "Events or flags").
 func (e *Engine) chooseEvents(p *plan, capturing bool) bool {
 	return !e.cfg.NoEvents && !capturing && p.path == pathGroup && len(p.a.PeerEvents) == e.n && e.c.OneDevice()
 }
@@ -322,7 +322,7 @@ var sideCopyMin uintptr = 1 << 20
 // localCopies enqueues the step's local copies (segLocal: this rank's own
 // block), after what e.ops holds. A large one runs on the side stream,
 // beside the pushes, since a batch's copies run one after another
-// (docs/measurements.md, "The own block on a side stream"); not under
+// (docs/performance.md, "The own block on a side stream"); not under
 // capture, where a branch of the graph would do, nor by events, whose
 // order is the group's.
 func (e *Engine) localCopies(s hip.Stream, capturing bool) error {

@@ -36,7 +36,7 @@ import (
 //     only past the sync in between, which needs a signal its waiter sends
 //     after the reset. A captured signal is a 4-byte copy of a word of
 //     ones into the writer's word at the waiter: in a graph a copy node
-//     costs well under a batch of write-values (docs/measurements.md,
+//     costs well under a batch of write-values (docs/performance.md,
 //     "Flag operations in a graph").
 //   - pairs, where every rank runs on one device: a captured sync between
 //     a root and its peers (a star's, a rooted plan's) is half of a round
@@ -49,7 +49,7 @@ import (
 //     resets a word, and a graph holds no write-value. That holds because
 //     the two sides of a pair strictly alternate: each writes only after
 //     its wait saw the other's write, and an aligned 8-byte write lands
-//     whole (docs/measurements.md, "Pairs"). So each pair keeps the same
+//     whole (docs/performance.md, "Pairs"). So each pair keeps the same
 //     order for its whole life, in every graph and between replays: round
 //     trips the peer opens (peerOpens: its signal, then the release) and
 //     those the root opens (rootOpens: released plans, the release first)

@@ -9,7 +9,7 @@ import (
 	"cecoll/internal/hip"
 )
 
-// TestCapturedSyncShape pins the captured signals (docs/measurements.md,
+// TestCapturedSyncShape pins the captured signals (docs/performance.md,
 // "Flag operations in a graph" and "Pairs"): at 8 ranks on one device in
 // star syncs, a graph holds no write-value; each peer signals with one
 // 8-byte copy over its pair at rank 0 and waits there, and rank 0 releases

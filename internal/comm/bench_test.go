@@ -14,7 +14,8 @@ import (
 // BenchmarkGroupAllGather4 is the communicator layer's host cost of one
 // grouped AllGather of 4 ranks in one process (ncclGroupStart, four
 // ncclAllGather, ncclGroupEnd, as cecoll-perf -g 4 and the host-cost
-// probe of docs/measurements.md issue them), with an engine that does
+// probe issue them: docs/performance.md, "Host cost against the same
+// driver calls from C"), with an engine that does
 // nothing: the part of a collective's host cost on a GPU that is neither
 // the engine nor the driver.
 func BenchmarkGroupAllGather4(b *testing.B) {

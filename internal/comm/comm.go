@@ -448,7 +448,7 @@ func (c *Comm) engine() engine {
 // Hardware queues: while a collective is pending each rank holds two of
 // its context's queues: the engine's stream parked on a flag wait, and the
 // caller's stream waiting on the engine's end event (an event wait holds a
-// queue as a flag wait does: docs/measurements.md, "Do event waits hold
+// queue as a flag wait does: docs/performance.md, "Do event waits hold
 // hardware queues?"). Once every queue holds a parked stream no other
 // stream of the process runs, the releasing writes included
 // (Caps.StreamQueues): the first collective would hang. So the ranks of

@@ -157,7 +157,7 @@ type Caps struct {
 	// StreamQueues: once this many streams of the process wait on one
 	// device at once, no other work of the process runs there (CUDA: the
 	// context's hardware queues, CUDA_DEVICE_MAX_CONNECTIONS:
-	// docs/measurements.md, "Hardware queues: which waiting streams stall
+	// docs/performance.md, "Hardware queues: which waiting streams stall
 	// the GPU"). 0: no such limit is known.
 	StreamQueues int
 }

@@ -67,7 +67,7 @@ func contains(base, end, p, n uintptr) bool {
 // at all, for pointers their driver does not know. A PROT_NONE mapping
 // counts as mapped, and an error other than ENOMEM (the kernel out of
 // resources) as mapped too: only what is surely not mapped is refused.
-// Cost: one system call (docs/measurements.md, "Pointer checks"), which
+// Cost: one system call (docs/performance.md, "Pointer checks"), which
 // the GPU backends pay only for pointers their driver does not know.
 func HostMapped(p DevicePtr) bool {
 	var vec [1]byte

@@ -23,7 +23,7 @@ func ID() int {
 // UseCache makes ID answer with f, which must return gettid's value for
 // the calling thread (nil: the syscall again). The C library installs one
 // that caches it in C thread-local storage, a fifth of the syscall's cost
-// (docs/measurements.md, "Thread ids from C thread-local storage").
+// (docs/performance.md, "Thread ids from C thread-local storage").
 func UseCache(f func() int) {
 	if f == nil {
 		cache.Store(nil)

@@ -83,7 +83,7 @@ var cases = []struct {
 // head of one stalls everything queued behind it there: a stream that is
 // to release a waiter must not share its queue. The suite keeps at most 5
 // streams blocked or releasing at once, within NVIDIA's default of 8
-// queues per device (docs/measurements.md, "The conformance suite and
+// queues per device (docs/performance.md, "The conformance suite and
 // hardware queues").
 func Run(t *testing.T, rt hip.Runtime, opts Options) {
 	t.Helper()
@@ -365,7 +365,7 @@ func (e *env) releaser() {
 // releaseWith writes value to addr from a stream of its own, the way a peer
 // releases a waiter. The host itself writes no device memory while a wait
 // is pending: a synchronous host-to-device Memcpy may queue behind the
-// wait and never return (docs/measurements.md, "A synchronous copy behind
+// wait and never return (docs/performance.md, "A synchronous copy behind
 // a wait").
 func (e *env) releaseWith(addr hip.DevicePtr, value uint32) {
 	e.t.Helper()

@@ -26,7 +26,7 @@
 // multicast ranges) as PtrDevice with their base and size, any other
 // readable address as PtrDevice with Base and Size 0, and an address that
 // cannot be read as PtrUnmapped (a fault-guarded read of its word: cheaper
-// than mincore(2), which passes PROT_NONE pages; docs/measurements.md,
+// than mincore(2), which passes PROT_NONE pages; docs/performance.md,
 // "Pointer checks").
 //
 // # Streams

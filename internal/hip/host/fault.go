@@ -24,7 +24,7 @@ import (
 //
 // Cost: a few ns per guarded copy or load, mostly the two SetPanicOnFault
 // calls, against 70 to 100 ns for an op run inline (BenchmarkFaultGuard;
-// docs/measurements.md, "Fault guards of the host device").
+// docs/performance.md, "Fault guards of the host device").
 
 // isFault reports whether a recovered panic value is a memory fault: a
 // runtime error for an invalid address. Any other panic is a bug and is

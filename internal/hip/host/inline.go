@@ -13,7 +13,7 @@ package host
 // whole grouped collective of a few ranks can finish on the issuing
 // thread. Nothing here ever blocks, so a thread that drives every rank of
 // a group cannot deadlock on a flag only its own later calls write.
-// (docs/measurements.md, "Inline execution, from one thread", has what it
+// (docs/performance.md, "Inline execution, from one thread", has what it
 // saves.)
 //
 // Ownership: s.running marks the one executor, taken and dropped under
@@ -80,7 +80,7 @@ func (s *stream) kick() {
 // running the small ops before it inline would not spare the worker's
 // wake, and taking a stream from a parked worker costs it a hand-over.
 // Counted, not scanned: a thread that runs ahead leaves long queues, and
-// those should still be taken over (docs/measurements.md, "Which queues
+// those should still be taken over (docs/performance.md, "Which queues
 // are taken inline").
 func (s *stream) inlineable() bool { return s.nBig == 0 }
 

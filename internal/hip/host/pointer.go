@@ -11,7 +11,7 @@ import "cecoll/internal/hip"
 // An address that cannot be read is PtrUnmapped: not mapped, PROT_NONE,
 // or a file mapping past its end. That is found by a fault-guarded read
 // of the 32-bit word holding p (fault.go), a twentieth of mincore(2)'s
-// cost (BenchmarkPointerInfo measures both; docs/measurements.md,
+// cost (BenchmarkPointerInfo measures both; docs/performance.md,
 // "Pointer checks"), and this runs on every collective whose buffers are
 // not MemAlloc'd; the read
 // faults in nothing but a zero page of memory never touched (and may read

@@ -93,7 +93,7 @@ func condHolds(cur, val, cond uint32) bool {
 // waitMinSleep to waitMaxSleep, so a wake lost between the check and the
 // sleep only costs latency. 20 spins, not 300: with more goroutines than
 // processors a longer spin keeps yielding among them, and small
-// collectives got slower (docs/measurements.md, "The flag-wait spin").
+// collectives got slower (docs/performance.md, "The flag-wait spin").
 const (
 	waitSpins    = 20
 	waitMinSleep = 50 * time.Microsecond

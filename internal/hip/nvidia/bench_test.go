@@ -13,7 +13,8 @@ import (
 
 // burst is how many calls run between untimed stream syncs in the host-cost
 // benchmarks, so that the driver's queue never fills and the figure is the
-// host's cost, not the GPU's. The C reference of docs/measurements.md uses the same.
+// host's cost, not the GPU's. The C reference of docs/performance.md ("The Go
+// binding against C") uses the same.
 const burst = 64
 
 // hostCost times f per call, syncing s untimed every burst calls.

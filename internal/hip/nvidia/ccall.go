@@ -14,7 +14,7 @@ import "C"
 
 // ccall calls the driver function fn with a's words through a cgo
 // trampoline, the cheapest call mechanism (BenchmarkMechanismNoGPU;
-// docs/measurements.md, "Driver call mechanisms"). Every
+// docs/performance.md, "Driver call mechanisms"). Every
 // driver entry point takes at most 9 word-sized integer or pointer
 // arguments and none is variadic, and the x86-64 and arm64 C ABIs let a
 // caller pass more such arguments than the callee reads, so one 9-word

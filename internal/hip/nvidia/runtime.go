@@ -390,7 +390,7 @@ func (r *Runtime) DeviceSynchronize() error {
 // Once about as many streams as the context has hardware queues
 // (CUDA_DEVICE_MAX_CONNECTIONS, default 8) are parked on wait-values, other
 // work of the process stalls, this call included, whichever stream it uses
-// (docs/measurements.md, "Memset behind parked streams").
+// (docs/performance.md, "Memset behind parked streams").
 func (r *Runtime) Memset(p hip.DevicePtr, value byte, n uintptr) error {
 	if n == 0 {
 		return nil
@@ -666,11 +666,12 @@ const (
 // each parking its streams on waits during a sync; once the parked
 // streams fill the context's queues, every other stream of the process
 // stalls, a peer's releasing write and Abort's release included, and the
-// GPU deadlocks (docs/measurements.md, "Hardware queues: which waiting
+// GPU deadlocks (docs/performance.md, "Hardware queues: which waiting
 // streams stall the GPU"). An MPS client left to the default has 2 queues,
 // which one rank's pending collective fills; but a server's clients share
 // one pool, and 32 each exhausts it after a few clients (their contexts
-// fail with out of memory): docs/measurements.md, "MPS". The variable
+// fail with out of memory): docs/performance.md, "MPS clients and hardware
+// queues". The variable
 // only counts if set before the driver's cuInit; streamQueues says what
 // holds. It returns the variable as the user left it (blank counts as
 // unset), the number cecoll set (0: none), and whether an MPS control
@@ -724,9 +725,9 @@ const defaultMPSPipeDirectory = "/tmp/nvidia-mps"
 // raiseConnections); raisedTo: what cecoll set; mps: an MPS client;
 // preInit: the driver's cuInit came before cecoll's. The driver reads the
 // variable at cuInit, not when it makes a context, caps it at 32 and keeps
-// its default for 0 or a word (the same section of docs/measurements.md);
+// its default for 0 or a word (the same section of docs/performance.md);
 // an MPS client stalls at exactly the number asked for, and at 2 without
-// one ("MPS"). So a value the user set counts; else cecoll's where it set
+// one ("MPS clients and hardware queues"). So a value the user set counts; else cecoll's where it set
 // it in time; else the default.
 func streamQueues(v string, set bool, raisedTo int, mps, preInit bool) int {
 	def := defaultConnections

@@ -121,9 +121,10 @@ func TestMulticastNeverSupported(t *testing.T) {
 }
 
 // TestStreamQueues pins Caps.StreamQueues: the user's value as the driver
-// reads it (docs/measurements.md, "Hardware queues: which waiting streams
+// reads it (docs/performance.md, "Hardware queues: which waiting streams
 // stall the GPU"), else what cecoll set before the driver's cuInit, else
-// the driver's default: 8, or 2 for an MPS client ("MPS").
+// the driver's default: 8, or 2 for an MPS client ("MPS clients and
+// hardware queues").
 func TestStreamQueues(t *testing.T) {
 	for _, tc := range []struct {
 		v            string
