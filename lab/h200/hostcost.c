@@ -22,8 +22,8 @@
  * Before timing, one collective of each is checked byte for byte.
  *
  * Everything is loaded with dlopen (libcuda.so.1 and libcecoll.so), with
- * the prototypes declared here by hand (layouts from
- * /work/shared/design/gpu-abi.md and internal/hip/nvidia/symbols.go), so it
+ * the prototypes declared here by hand (layouts as in cuda.h, which
+ * internal/hip/nvidia/symbols.go quotes), so it
  * builds anywhere with: gcc -O2 -Wall -o hostcost hostcost.c -ldl -lpthread
  *
  *   hostcost [-l build/libcecoll.so] [-n 4] [-s 8,65536] [-r 30] [-k 64] [-t 60] [-x] [-F c|v|r]
