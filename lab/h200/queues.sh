@@ -40,7 +40,7 @@ for stage in "$@"; do
     for v in unset 4 32 64 0 abc; do
       for qw in "1 none" "3 copy" "3 value"; do
         [ "$(left)" -lt 20 ] && break 2
-        if [ $v = unset ]; then parkmin "conn=$v q,w=$qw" $qw
+        if [ $v = unset ]; then (unset CUDA_DEVICE_MAX_CONNECTIONS; parkmin "conn=$v q,w=$qw" $qw)
         else (export CUDA_DEVICE_MAX_CONNECTIONS=$v; parkmin "conn=$v q,w=$qw" $qw); fi
       done
     done
