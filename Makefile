@@ -194,7 +194,7 @@ test-c: all dropin
 
 # The correctness matrix (ctests/matrix.c): every cell under a watchdog, 16 cells per
 # process (-b). Hung cells sleep rather than spin, so more run at once than there are cores
-# (docs/performance.md). make test runs it too (ctests/run.sh).
+# (docs/performance.md, "The matrix's running time"). make test runs it too (ctests/run.sh).
 # $ORIGIN/.. finds libcecoll.so in build/, also where the tree was copied (a GPU machine).
 MATRIX := $(BUILD)/ctests/matrix
 MATRIX_ARGS ?= -j 6 -b 16 -t 10

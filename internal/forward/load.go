@@ -28,7 +28,8 @@ type Loader interface {
 	Objects() []string
 }
 
-// Load finds the real library, in the issue's order, and installs it:
+// Load finds the real library, in the order docs/forward.md ("Which real
+// library") gives, and installs it:
 //  1. CECOLL_NCCL_LIB (a path; failing to load it is an error for every
 //     communicator, never a quiet fallback);
 //  2. the library after cecoll in the lookup order: cecoll preloaded in
