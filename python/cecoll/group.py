@@ -55,11 +55,13 @@ def get_unique_id():
 def share_id_via_file(path, rank, timeout=60.0):
     """Rank 0 makes an id and writes it to path (atomically); the other ranks
     wait for the file and read it. Use a fresh path per job: a file left by
-    an earlier job would be read as this job's id."""
+    an earlier job would be read as this job's id. The file is its owner's
+    alone (mode 0600): the id lets whoever reads it join the communicator."""
     if rank == 0:
         uid = get_unique_id()
         tmp = "%s.tmp.%d" % (path, os.getpid())
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(uid)
         os.replace(tmp, path)
         return uid

@@ -7,6 +7,7 @@ the host backend, the rank's CUDA device on a GPU backend.
 Every rank runs the cases in the same order (collectives must match).
 """
 
+import os
 import traceback
 import zlib
 
@@ -44,7 +45,7 @@ P2P_CASES = (
     "bcast/every_root",
 )
 # The library's versions, read by a rank that loaded it (run_versions).
-INFO_CASES = ("api/versions",)
+INFO_CASES = ("api/versions", "api/id_file_private")
 ERROR_CASES = (
     "error/nccl_bad_datatype",
     "error/size_mismatch",
@@ -419,8 +420,6 @@ def check_alloc_release(pg):
 
 def repo_version():
     """The VERSION file of the repository these tests are part of."""
-    import os
-
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "..", "VERSION")) as f:
         return f.read().strip()
@@ -469,6 +468,10 @@ def session(rank, world_size, outdir, share):
         except Exception:
             err = traceback.format_exc()
         rec.record("api/versions", err)
+        err = None
+        if share[0] == "file" and os.stat(share[1]).st_mode & 0o777 != 0o600:
+            err = "share_id_via_file left the id readable by others: mode %o" % (os.stat(share[1]).st_mode & 0o777)
+        rec.record("api/id_file_private", err)
         with cecoll.ProcessGroup(0, 1, cecoll.get_unique_id()) as solo:
             run_errors(solo, rec)
         pg.barrier()  # every rank is past its collectives: rank 0's refusal fails no pending call
