@@ -11,7 +11,12 @@
  * stream runs its work synchronously at the call, except while capturing,
  * when it records the work into a graph that cuGraphLaunch replays. A
  * collective is a rendezvous of all ranks of the communicator (each rank
- * pulls what it receives between two barriers). GEMMs sleep FAKE_GEMM_US
+ * pulls what it receives between two barriers). So is a group of
+ * ncclSend/ncclRecv (or a lone one): it runs at ncclGroupEnd, on the stream
+ * of its first call, and every rank of the communicator must take part (as
+ * in ncclcmp's sendrecv); the k-th receive from a peer takes that peer's
+ * k-th send to this rank, and a receive without a matching send of the
+ * same size is reported on stderr and left as it was. GEMMs sleep FAKE_GEMM_US
  * (default 2000) microseconds. FAKE_FAIL=name makes that entry point fail;
  * FAKE_CORRUPT=1 flips a received byte on the last rank; FAKE_HANG=1 stops
  * rank 0 inside its first collective.
@@ -46,7 +51,12 @@ static double now(void) {
 }
 
 /* ---- streams, graphs ---- */
-enum { OP_COPY, OP_SET8, OP_SET32, OP_COLL, OP_SLEEP };
+enum { OP_COPY, OP_SET8, OP_SET32, OP_COLL, OP_SLEEP, OP_P2P };
+enum { P2P_MAX = 256 };
+struct p2p { /* one rank's sends and receives of one group */
+  int n;
+  struct { int send, peer; void* buf; size_t bytes; } e[P2P_MAX];
+};
 struct op {
   int kind;
   void *dst;
@@ -56,6 +66,7 @@ struct op {
   /* collective */
   int coll, root;
   ncclComm_t comm;
+  struct p2p* p2p; /* OP_P2P; owned by the op (a graph's ops: by the graph) */
 };
 struct stream {
   int capturing;
@@ -68,6 +79,7 @@ struct graph {
 };
 
 static void collRun(struct op* o);
+static void p2pRun(struct op* o);
 static void exec(struct op* o) {
   switch (o->kind) {
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
@@ -77,6 +89,7 @@ static void exec(struct op* o) {
       break;
     case OP_COLL: collRun(o); break;
     case OP_SLEEP: usleep((useconds_t)o->n); break;
+    case OP_P2P: p2pRun(o); break;
   }
 }
 static void submit(struct stream* s, struct op o) {
@@ -89,6 +102,7 @@ static void submit(struct stream* s, struct op o) {
     return;
   }
   exec(&o);
+  if (o.kind == OP_P2P) free(o.p2p);
 }
 
 static int ndev(void) {
@@ -161,7 +175,13 @@ CUresult cuGraphLaunch(struct graph* ge, struct stream* s) {
   return 0;
 }
 CUresult cuGraphExecDestroy(struct graph* ge) { (void)ge; return 0; }
-CUresult cuGraphDestroy(struct graph* g) { free(g->ops); free(g); return 0; }
+CUresult cuGraphDestroy(struct graph* g) {
+  for (int i = 0; i < g->nops; i++)
+    if (g->ops[i].kind == OP_P2P) free(g->ops[i].p2p);
+  free(g->ops);
+  free(g);
+  return 0;
+}
 /* For lab/h200/hostcost -x (and its cushim check): every stream runs at
  * the call, so a wait-value cannot block and is not checked; write-values
  * and copies run, so the data still is. */
@@ -219,7 +239,7 @@ struct world {
   uint64_t id;
   int n, arrived;
   pthread_barrier_t bar;
-  struct { const void* send; void* recv; } post[64];
+  struct { const void* send; void* recv; const struct p2p* p2p; } post[64];
   struct world* next;
 };
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -310,17 +330,23 @@ static void collRun(struct op* o) {
       if (me == o->root)
         for (int i = 0; i < n; i++) memcpy(recv + (size_t)i * b, w->post[i].send, b);
       break;
+    case 4: memmove(recv, w->post[o->root].send, b); break; /* broadcast; in place on the root */
   }
   if (getenv("FAKE_CORRUPT") && me == n - 1 && b > 0 && o->coll != 3) recv[b - 1] ^= 0x40; /* the check must see it */
   if (getenv("FAKE_HANG") && me == 0) pause();                                            /* the watchdog must see it */
   pthread_barrier_wait(&w->bar);
 }
+static const char* kCollName[] = {"ncclAllGather", "ncclAlltoAll", "ncclScatter", "ncclGather", "ncclBroadcast"};
 static ncclResult_t coll(int k, const void* s, void* d, size_t n, ncclDataType_t t, int root, ncclComm_t c,
                          cudaStream_t st) {
   if (t != ncclUint8) return ncclInvalidArgument;
-  if (fail(k == 0 ? "ncclAllGather" : "other")) {
-    snprintf(lastErr, sizeof lastErr, "fake: FAKE_FAIL=ncclAllGather");
+  if (fail(kCollName[k])) {
+    snprintf(lastErr, sizeof lastErr, "fake: FAKE_FAIL=%s", kCollName[k]);
     return ncclInvalidUsage;
+  }
+  if (root < 0 || root >= c->n) {
+    snprintf(lastErr, sizeof lastErr, "fake: %s: root %d of %d ranks", kCollName[k], root, c->n);
+    return ncclInvalidArgument;
   }
   submit((struct stream*)st, (struct op){.kind = OP_COLL, .dst = d, .src = s, .n = n, .coll = k, .root = root, .comm = c});
   return ncclSuccess;
@@ -336,4 +362,105 @@ ncclResult_t ncclScatter(const void* s, void* d, size_t n, ncclDataType_t t, int
 }
 ncclResult_t ncclGather(const void* s, void* d, size_t n, ncclDataType_t t, int r, ncclComm_t c, cudaStream_t st) {
   return coll(3, s, d, n, t, r, c, st);
+}
+ncclResult_t ncclBroadcast(const void* s, void* d, size_t n, ncclDataType_t t, int r, ncclComm_t c, cudaStream_t st) {
+  return coll(4, s, d, n, t, r, c, st);
+}
+
+/* ---- point to point: groups ---- */
+static __thread int groupDepth;
+static __thread struct p2p* pending; /* this thread's sends and receives since the outermost ncclGroupStart */
+static __thread struct ncclComm* pendComm;
+static __thread struct stream* pendStream;
+
+/* p2pRun: every rank posts its list, waits for all, copies each receive
+ * from the matching send, and waits again. */
+static void p2pRun(struct op* o) {
+  struct ncclComm* c = o->comm;
+  struct world* w = c->w;
+  int n = c->n, me = c->rank;
+  const struct p2p* mine = o->p2p;
+  w->post[me].p2p = mine;
+  pthread_barrier_wait(&w->bar);
+  int firstRecv = 1;
+  for (int i = 0; i < mine->n; i++) {
+    if (mine->e[i].send) continue;
+    int peer = mine->e[i].peer, k = 0;
+    for (int j = 0; j < i; j++) k += !mine->e[j].send && mine->e[j].peer == peer;
+    const struct p2p* theirs = w->post[peer].p2p;
+    int found = 0;
+    for (int j = 0; j < theirs->n && !found; j++) {
+      if (!theirs->e[j].send || theirs->e[j].peer != me) continue;
+      if (k-- > 0) continue;
+      found = 1;
+      if (theirs->e[j].bytes != mine->e[i].bytes) {
+        fprintf(stderr, "fake: rank %d: receive of %zu B from rank %d meets a send of %zu B\n", me,
+                mine->e[i].bytes, peer, theirs->e[j].bytes);
+        break;
+      }
+      memcpy(mine->e[i].buf, theirs->e[j].buf, mine->e[i].bytes);
+      if (getenv("FAKE_CORRUPT") && me == n - 1 && firstRecv && mine->e[i].bytes > 0)
+        ((char*)mine->e[i].buf)[mine->e[i].bytes - 1] ^= 0x40; /* the check must see it */
+    }
+    if (!found) fprintf(stderr, "fake: rank %d: receive from rank %d has no matching send\n", me, peer);
+    firstRecv = 0;
+  }
+  if (getenv("FAKE_HANG") && me == 0) pause();
+  pthread_barrier_wait(&w->bar);
+}
+
+ncclResult_t ncclGroupStart(void) {
+  FAILPOINT("ncclGroupStart", ncclInternalError);
+  groupDepth++;
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+  if (groupDepth == 0) {
+    snprintf(lastErr, sizeof lastErr, "fake: ncclGroupEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (--groupDepth > 0 || !pending) return ncclSuccess;
+  struct p2p* p = pending;
+  pending = NULL;
+  if (fail("ncclGroupEnd")) {
+    free(p);
+    snprintf(lastErr, sizeof lastErr, "fake: FAKE_FAIL=ncclGroupEnd");
+    return ncclSystemError;
+  }
+  submit(pendStream, (struct op){.kind = OP_P2P, .comm = pendComm, .p2p = p});
+  return ncclSuccess;
+}
+static ncclResult_t p2p(int send, void* buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
+  if (t != ncclUint8) return ncclInvalidArgument;
+  if (fail(send ? "ncclSend" : "ncclRecv")) {
+    snprintf(lastErr, sizeof lastErr, "fake: FAKE_FAIL=%s", send ? "ncclSend" : "ncclRecv");
+    return ncclInvalidUsage;
+  }
+  if (peer < 0 || peer >= c->n) {
+    snprintf(lastErr, sizeof lastErr, "fake: peer %d of %d ranks", peer, c->n);
+    return ncclInvalidArgument;
+  }
+  int lone = groupDepth == 0;
+  if (lone) ncclGroupStart();
+  if (!pending) {
+    pending = calloc(1, sizeof *pending);
+    pendComm = c;
+    pendStream = (struct stream*)st;
+  } else if (pendComm != c || pendStream != (struct stream*)st || pending->n == P2P_MAX) {
+    snprintf(lastErr, sizeof lastErr, "fake: one group takes one communicator, one stream, %d calls", P2P_MAX);
+    if (lone) groupDepth--;
+    return ncclInvalidUsage;
+  }
+  pending->e[pending->n].send = send;
+  pending->e[pending->n].peer = peer;
+  pending->e[pending->n].buf = buf;
+  pending->e[pending->n].bytes = n;
+  pending->n++;
+  return lone ? ncclGroupEnd() : ncclSuccess;
+}
+ncclResult_t ncclSend(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
+  return p2p(1, (void*)s, n, t, peer, c, st);
+}
+ncclResult_t ncclRecv(void* d, size_t n, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t st) {
+  return p2p(0, d, n, t, peer, c, st);
 }
