@@ -5,8 +5,10 @@
  *   ncclcmp info    -L LIB
  *   ncclcmp ceil    [-N devs] [-b 1G] [-n 5]
  *   ncclcmp perf    -L LIB [-l NAME] [--ce] [-G [-K k]] [-N ranks] [-b 8] [-e 1G] [-f 8] [-s 8,64M,1G]
- *                   [-n 20] [-w 5] [-c 1] [-o allgather,alltoall,scatter,gather] [-r root] [-S 4G]
- *   ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100] [-X]
+ *                   [-n 20] [-w 5] [-c 1] [-o allgather,alltoall,scatter,gather,sendrecv,broadcast]
+ *                   [-r root] [-S 4G]
+ *   ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100]
+ *                   [-o allgather|alltoall|scatter|gather|sendrecv|broadcast] [-r root] [-X]
  *   common: -W watchdog seconds per phase (default 180)
  *
  * The library is loaded with dlopen(LIB, RTLD_NOW|RTLD_LOCAL) and every
@@ -33,8 +35,12 @@
  *           0 <-> 1 both ways at once; every ordered pair at once (each
  *           device pushing to every other on its own stream; aggregate and
  *           per-device GB/s, host-timed). Peer access is enabled first.
- *  perf     for each collective of -o and per-rank chunk sizes -b..-e by -f
- *           (or the list -s, e.g. 8,4K,1M,64M,256M,1G):
+ *  perf     for each operation of -o (default all six) and per-rank chunk
+ *           sizes -b..-e by -f (or the list -s, e.g. 8,4K,1M,64M,256M,1G).
+ *           sendrecv is nccl-tests' sendrecv_perf: each rank, in one
+ *           ncclGroupStart/End, sends its chunk to rank+1 and receives
+ *           rank-1's (mod n); broadcast is ncclBroadcast from root -r, out
+ *           of place (the harness has no in-place runs).
  *           -c 1 checks the data once per size (each block filled with its
  *           own 32-bit value, outputs poisoned; blocks over 2 MiB are
  *           checked at their first and last MiB); -w warm-up calls; then -n
@@ -44,28 +50,35 @@
  *           are timed (time per call = per replay / K). --ce: buffers from
  *           ncclMemAlloc, each registered with ncclCommWindowRegister(...,
  *           NCCL_WIN_COLL_SYMMETRIC), CTAPolicy ZERO (NCCL's copy-engine
- *           path); default: cuMemAlloc buffers, default config. -S caps the
- *           bytes of one size's timed loop (iterations x n x chunk; at least
- *           5 iterations are kept).
- *           Size column: n*chunk (a rank's larger buffer, as nccl-tests);
- *           algbw = size/time; busbw = algbw*(n-1)/n for all four (the
- *           factor nccl-tests uses). One machine-readable line per row:
+ *           path, which covers the four collectives only: sendrecv and
+ *           broadcast run NCCL's usual kernels under that config); default:
+ *           cuMemAlloc buffers, default config. -S caps the bytes of one
+ *           size's timed loop (iterations x size; at least 5 iterations are
+ *           kept).
+ *           Size column, as nccl-tests: n*chunk (a rank's larger buffer) for
+ *           the four collectives, chunk for sendrecv and broadcast;
+ *           algbw = size/time; busbw = algbw*(n-1)/n for the four and
+ *           algbw for sendrecv and broadcast (nccl-tests' factors). One
+ *           machine-readable line per row:
  *           ROW lib= path= mode= coll= n= bytes=<chunk> size= iters= us= algbw= busbw= wrong=
  *  overlap  a bf16 GEMM (cublasGemmEx, M x M x M, fp32 accumulate) on a
  *           separate stream of every device that hosts a rank, -R times,
- *           timed with events: alone; while every rank loops AllGather of -b
- *           bytes per rank on its own stream; and while every rank instead
- *           loops an SM copy (cublasScopy) of the same bytes to every peer
- *           device (its block of a plain cuMemAlloc buffer there, peer
- *           access enabled). The loops keep at most 3 calls in flight per
+ *           timed with events: alone; while every rank loops the operation
+ *           of -o (default allgather; called as perf calls it) of -b bytes
+ *           per rank on its own stream; and while every rank instead loops
+ *           an SM copy (cublasScopy) of the same bytes along the same
+ *           pairs (its block of a plain cuMemAlloc buffer on the peer
+ *           device, peer access enabled): every peer for allgather and
+ *           alltoall, rank+1 for sendrecv, root to every rank for scatter
+ *           and broadcast, every rank to root for gather. The loops keep at most 3 calls in flight per
  *           rank and all ranks stop after the same call (rank 0 decides
  *           between host barriers). Prints per device and
- *           OVERLAP lib= path= n= bytes= M= alone_ms= with_coll_ms=
+ *           OVERLAP lib= path= coll= n= bytes= M= alone_ms= with_coll_ms=
  *               with_smcopy_ms= coll_slowdown= smcopy_slowdown=
  *               coll_busbw= coll_alone_busbw= smcopy_busbw=
- *           (ms per GEMM, averaged over devices; slowdown = with/alone).
- *           -X: the ring exchange (ncclSend to rank+1, ncclRecv from rank-1,
- *           in a group) in place of AllGather, and an SM copy to rank+1 only.
+ *           (ms per GEMM, averaged over devices; slowdown = with/alone;
+ *           busbw with perf's factor for the operation).
+ *           -X: the older spelling of -o sendrecv (the ring exchange).
  *
  * Every failure prints the call, the CUDA/cuBLAS code or NCCL's
  * ncclGetErrorString and ncclGetLastError, and exits 1 (2 for a bad
@@ -185,6 +198,7 @@ static struct {
   ncclResult_t (*Gather)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*GroupStart)(void);
   ncclResult_t (*GroupEnd)(void);
   ncclResult_t (*MemAlloc)(void**, size_t);
@@ -204,8 +218,10 @@ struct sym {
 
 /* ---- Options and shared state ---------------------------------------------- */
 
-enum { MAXR = 64, MAXD = 16, NCOLL = 4, RING = 3 };
-static const char* kColl[NCOLL] = {"allgather", "alltoall", "scatter", "gather"};
+enum { MAXR = 64, MAXD = 16, RING = 3 };
+enum { C_ALLGATHER, C_ALLTOALL, C_SCATTER, C_GATHER, C_SENDRECV, C_BROADCAST, NCOLL };
+static const char* kColl[NCOLL] = {"allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"};
+static const char* kTitle[NCOLL] = {"AllGather", "AlltoAll", "Scatter", "Gather", "SendRecv", "Broadcast"};
 
 static const char* mode;
 static const char* libPath;
@@ -214,8 +230,8 @@ static int ceMode, graphMode, graphK = 1, check = 1, root;
 static int nranks, ndev, usedDevs, iters = 20, warmup = 5, ceilReps = 5, mmReps = 100, mmSize = 8192;
 static size_t minBytes = 8, maxBytes = (size_t)1 << 30, factor = 8, capBytes = (size_t)4 << 30;
 static size_t ceilBytes = (size_t)1 << 30, ovBytes = (size_t)256 << 20;
-static int ovRing; /* overlap -X: the ring exchange instead of AllGather */
-static int collMask = 0xf;
+static int ovColl = C_ALLGATHER; /* overlap -o: the looping operation (-X: sendrecv) */
+static int collMask = (1 << NCOLL) - 1;
 static size_t sizeList[64];
 static int nSizes; /* -s; 0: -b..-e by -f */
 static int wdSecs = 180;
@@ -444,6 +460,7 @@ static void loadNccl(void) {
       S(nc.Gather, "ncclGather"),
       SO(nc.Send, "ncclSend"),
       SO(nc.Recv, "ncclRecv"),
+      SO(nc.Broadcast, "ncclBroadcast"),
       S(nc.GroupStart, "ncclGroupStart"),
       S(nc.GroupEnd, "ncclGroupEnd"),
       S(nc.MemAlloc, "ncclMemAlloc"),
@@ -594,14 +611,42 @@ static long verify(struct rank* me, CUdeviceptr p, size_t bytes, int src, int bl
 
 /* ---- Collectives ---------------------------------------------------------------- */
 
+/* The size column, as nccl-tests: a rank's larger buffer (n*chunk) for the
+ * four; the bytes sent per rank (chunk) for sendrecv and broadcast. */
+static double collSize(int c, size_t chunk) {
+  return c == C_SENDRECV || c == C_BROADCAST ? (double)chunk : (double)nranks * (double)chunk;
+}
+
+/* busbw = algbw * this: nccl-tests' factors ((n-1)/n for the four, 1 for
+ * sendrecv and broadcast). */
+static double busFactor(int c) {
+  return c == C_SENDRECV || c == C_BROADCAST ? 1.0 : (double)(nranks - 1) / nranks;
+}
+
+static double busbw(int c, double us, size_t chunk) {
+  if (us <= 0) return 0;
+  return collSize(c, chunk) / (us * 1e-6) / 1e9 * busFactor(c);
+}
+
+/* call queues one operation c of chunk bytes per rank. sendrecv is
+ * nccl-tests' sendrecv_perf: in one group, a send to rank+1 and a receive
+ * from rank-1 (mod n). broadcast is out of place from root (-r). */
 static void call(struct rank* me, int c, size_t chunk) {
   void* s = (void*)(uintptr_t)me->send;
   void* d = (void*)(uintptr_t)me->recv;
+  int n = nranks, r = me->rank;
   switch (c) {
-    case 0: NC(nc.AllGather(s, d, chunk, ncclUint8, me->comm, me->s), me->comm); break;
-    case 1: NC(nc.AlltoAll(s, d, chunk, ncclUint8, me->comm, me->s), me->comm); break;
-    case 2: NC(nc.Scatter(s, d, chunk, ncclUint8, root, me->comm, me->s), me->comm); break;
-    case 3: NC(nc.Gather(s, d, chunk, ncclUint8, root, me->comm, me->s), me->comm); break;
+    case C_ALLGATHER: NC(nc.AllGather(s, d, chunk, ncclUint8, me->comm, me->s), me->comm); break;
+    case C_ALLTOALL: NC(nc.AlltoAll(s, d, chunk, ncclUint8, me->comm, me->s), me->comm); break;
+    case C_SCATTER: NC(nc.Scatter(s, d, chunk, ncclUint8, root, me->comm, me->s), me->comm); break;
+    case C_GATHER: NC(nc.Gather(s, d, chunk, ncclUint8, root, me->comm, me->s), me->comm); break;
+    case C_SENDRECV:
+      NC(nc.GroupStart(), me->comm);
+      NC(nc.Send(s, chunk, ncclUint8, (r + 1) % n, me->comm, me->s), me->comm);
+      NC(nc.Recv(d, chunk, ncclUint8, (r + n - 1) % n, me->comm, me->s), me->comm);
+      NC(nc.GroupEnd(), me->comm);
+      break;
+    case C_BROADCAST: NC(nc.Broadcast(s, d, chunk, ncclUint8, root, me->comm, me->s), me->comm); break;
   }
 }
 
@@ -609,15 +654,19 @@ static void call(struct rank* me, int c, size_t chunk) {
 static void prepare(struct rank* me, int c, size_t chunk, unsigned salt) {
   int n = nranks, r = me->rank;
   switch (c) {
-    case 0: fill(me->send, chunk, r, 0, salt, me->s); break;
-    case 1: for (int j = 0; j < n; j++) fill(me->send + (size_t)j * chunk, chunk, r, j, salt, me->s); break;
-    case 2:
+    case C_ALLGATHER: fill(me->send, chunk, r, 0, salt, me->s); break;
+    case C_ALLTOALL: for (int j = 0; j < n; j++) fill(me->send + (size_t)j * chunk, chunk, r, j, salt, me->s); break;
+    case C_SCATTER:
       if (r == root)
         for (int j = 0; j < n; j++) fill(me->send + (size_t)j * chunk, chunk, root, j, salt, me->s);
       break;
-    case 3: fill(me->send, chunk, r, 0, salt, me->s); break;
+    case C_GATHER: fill(me->send, chunk, r, 0, salt, me->s); break;
+    case C_SENDRECV: fill(me->send, chunk, r, 0, salt, me->s); break;
+    case C_BROADCAST:
+      if (r == root) fill(me->send, chunk, root, 0, salt, me->s);
+      break;
   }
-  size_t out = (c == 2) ? chunk : (size_t)n * chunk;
+  size_t out = (c == C_SCATTER || c == C_SENDRECV || c == C_BROADCAST) ? chunk : (size_t)n * chunk;
   if (out) CU(cu.MemsetD8Async(me->recv, 0xA5, out, me->s));
   CU(cu.StreamSynchronize(me->s));
 }
@@ -627,13 +676,19 @@ static long checkResult(struct rank* me, int c, size_t chunk, unsigned salt) {
   long wrong = 0;
   CU(cu.StreamSynchronize(me->s));
   switch (c) {
-    case 0: for (int i = 0; i < n; i++) wrong += verify(me, me->recv + (size_t)i * chunk, chunk, i, 0, salt); break;
-    case 1: for (int i = 0; i < n; i++) wrong += verify(me, me->recv + (size_t)i * chunk, chunk, i, r, salt); break;
-    case 2: wrong += verify(me, me->recv, chunk, root, r, salt); break;
-    case 3:
+    case C_ALLGATHER:
+      for (int i = 0; i < n; i++) wrong += verify(me, me->recv + (size_t)i * chunk, chunk, i, 0, salt);
+      break;
+    case C_ALLTOALL:
+      for (int i = 0; i < n; i++) wrong += verify(me, me->recv + (size_t)i * chunk, chunk, i, r, salt);
+      break;
+    case C_SCATTER: wrong += verify(me, me->recv, chunk, root, r, salt); break;
+    case C_GATHER:
       if (r == root)
         for (int i = 0; i < n; i++) wrong += verify(me, me->recv + (size_t)i * chunk, chunk, i, 0, salt);
       break;
+    case C_SENDRECV: wrong += verify(me, me->recv, chunk, (r + n - 1) % n, 0, salt); break; /* rank-1's chunk */
+    case C_BROADCAST: wrong += verify(me, me->recv, chunk, root, 0, salt); break;        /* root's, on every rank */
   }
   return wrong;
 }
@@ -711,7 +766,7 @@ static void perfCase(struct rank* me, int c, size_t chunk, unsigned salt) {
   int r = me->rank;
   const char* cn = kColl[c];
   int it = iters;
-  size_t per = (size_t)nranks * chunk;
+  size_t per = (size_t)collSize(c, chunk);
   if (capBytes && per > 0 && (size_t)it * per > capBytes) {
     it = (int)(capBytes / per);
     if (it < 5) it = iters < 5 ? iters : 5;
@@ -783,19 +838,19 @@ static void perfCase(struct rank* me, int c, size_t chunk, unsigned salt) {
       if (R[i].us > us) us = R[i].us;
       wrong += R[i].wrong;
     }
-    double size = (double)nranks * (double)chunk;
+    double size = collSize(c, chunk);
     double algbw = us > 0 ? size / (us * 1e-6) / 1e9 : 0;
-    double busbw = algbw * (nranks - 1) / nranks;
+    double bus = algbw * busFactor(c);
     char wr[24];
     if (check)
       snprintf(wr, sizeof wr, "%ld", wrong);
     else
       snprintf(wr, sizeof wr, "-");
-    printf("  %-9s %12zu %13.0f %6d %12.2f %10.2f %10.2f %8s\n", cn, chunk, size, it, us, algbw, busbw, wr);
+    printf("  %-9s %12zu %13.0f %6d %12.2f %10.2f %10.2f %8s\n", cn, chunk, size, it, us, algbw, bus, wr);
     printf("ROW lib=%s path=%s mode=%s coll=%s n=%d bytes=%zu size=%.0f iters=%d us=%.3f algbw=%.3f busbw=%.3f "
            "wrong=%s\n",
            libName, ceMode ? "ce" : "default", graphMode ? "graph" : "eager", cn, nranks, chunk, size, it, us, algbw,
-           busbw, wr);
+           bus, wr);
     fflush(stdout);
   }
 }
@@ -830,26 +885,31 @@ static double mmMs[MAXD][3];  /* per device: ms per GEMM alone, with coll, with 
 
 enum { W_COLL = 0, W_SMCOPY = 1 };
 
-/* work queues one unit of the loop: the AllGather (-X: the ring exchange,
- * a send to rank+1 and a receive from rank-1 in a group), or the SM copy
- * of the same bytes: this rank's chunk into its block of every other
- * rank's smdst (-X: of rank+1's only). */
-static void work(struct rank* me, int kind) {
-  int n = nranks, r = me->rank;
-  if (kind == W_COLL && ovRing) {
-    NC(nc.GroupStart(), me->comm);
-    NC(nc.Send((void*)(uintptr_t)me->send, ovBytes, ncclUint8, (r + 1) % n, me->comm, me->s), me->comm);
-    NC(nc.Recv((void*)(uintptr_t)me->recv, ovBytes, ncclUint8, (r + n - 1) % n, me->comm, me->s), me->comm);
-    NC(nc.GroupEnd(), me->comm);
-    return;
+/* smPair says whether the SM copy of rank src sends its chunk to rank dst
+ * (src != dst): the transfers operation c makes directly. AllGather,
+ * AlltoAll: every pair; sendrecv: to rank+1; Scatter, Broadcast: from
+ * root to every rank; Gather: from every rank to root. */
+static int smPair(int c, int src, int dst) {
+  switch (c) {
+    case C_SENDRECV: return dst == (src + 1) % nranks;
+    case C_SCATTER:
+    case C_BROADCAST: return src == root;
+    case C_GATHER: return dst == root;
+    default: return 1;
   }
+}
+
+/* work queues one unit of the loop: operation ovColl of ovBytes per rank
+ * (as perf calls it), or the SM copy of the same bytes: this rank's chunk
+ * into its block of the smdst of each rank smPair names. */
+static void work(struct rank* me, int kind) {
   if (kind == W_COLL) {
-    call(me, 0, ovBytes);
+    call(me, ovColl, ovBytes);
     return;
   }
   int nfl = (int)(ovBytes / 4);
   for (int j = 0; j < nranks; j++) {
-    if (j == me->rank || (ovRing && j != (r + 1) % n)) continue;
+    if (j == me->rank || !smPair(ovColl, me->rank, j)) continue;
     float* x = (float*)(uintptr_t)me->send;
     float* y = (float*)(uintptr_t)(R[j].smdst + (size_t)me->rank * ovBytes);
     CB(cb.Scopy(me->blas, nfl, x, 1, y, 1));
@@ -892,7 +952,7 @@ static void* ovRank(void* arg) {
   bar(&gbar); /* set-up done */
 
   bar(&gbar);
-  phase(r, "rank %d: AllGather alone", r);
+  phase(r, "rank %d: %s alone", r, kTitle[ovColl]);
   long n0 = loop(me, W_COLL, 3, &me->ovUs[0]); /* warm-up */
   n0 = loop(me, W_COLL, 20, &me->ovUs[0]);
   (void)n0;
@@ -902,7 +962,7 @@ static void* ovRank(void* arg) {
   bar(&gbar);
 
   bar(&gbar);
-  phase(r, "rank %d: AllGather during GEMM", r);
+  phase(r, "rank %d: %s during GEMM", r, kTitle[ovColl]);
   me->calls = loop(me, W_COLL, 0, &me->ovUs[1]);
   bar(&gbar);
 
@@ -971,7 +1031,7 @@ static void* ovMm(void* arg) {
   CU(cu.StreamSynchronize(m->s));
   bar(&gbar);
 
-  bar(&gbar); /* AllGather alone: idle */
+  bar(&gbar); /* the operation alone: idle */
   bar(&gbar);
 
   bar(&gbar);
@@ -981,9 +1041,9 @@ static void* ovMm(void* arg) {
 
   for (int k = 1; k <= 2; k++) {
     bar(&gbar);
-    phase(slot, "device %d: GEMM with %s: waiting for the loop", m->dev, k == 1 ? "AllGather" : "SM copy");
+    phase(slot, "device %d: GEMM with %s: waiting for the loop", m->dev, k == 1 ? kTitle[ovColl] : "SM copy");
     waitLoopRunning();
-    phase(slot, "device %d: GEMM with %s", m->dev, k == 1 ? "AllGather" : "SM copy");
+    phase(slot, "device %d: GEMM with %s", m->dev, k == 1 ? kTitle[ovColl] : "SM copy");
     mmMs[m->dev][k] = gemmRun(m, mmReps);
     if (atomic_fetch_add(&ovMmDone, 1) + 1 == usedDevs) atomic_store(&ovStop, 1);
     bar(&gbar);
@@ -1002,24 +1062,20 @@ static void* ovMm(void* arg) {
 /* ovMain is the main thread's part: it resets the loop state between
  * phases and restarts the watchdog. */
 static void ovMain(void) {
-  static const char* names[] = {"set-up", "AllGather alone", "GEMM alone", "GEMM with AllGather",
-                                "GEMM with SM copy"};
   bar(&gbar); /* set-up done */
   for (int p = 1; p <= 4; p++) {
     atomic_store(&ovStop, 0);
     atomic_store(&ovDone0, 0);
     atomic_store(&ovMmDone, 0);
-    phase(MAXR + MAXD, "main: phase %s", names[p]);
+    if (p == 1) phase(MAXR + MAXD, "main: phase %s alone", kTitle[ovColl]);
+    if (p == 2) phase(MAXR + MAXD, "main: phase GEMM alone");
+    if (p == 3) phase(MAXR + MAXD, "main: phase GEMM with %s", kTitle[ovColl]);
+    if (p == 4) phase(MAXR + MAXD, "main: phase GEMM with SM copy");
     arm();
     bar(&gbar); /* start */
     bar(&gbar); /* end */
   }
   arm();
-}
-
-static double busbw(double us, size_t chunk) {
-  if (us <= 0) return 0;
-  return (double)nranks * chunk / (us * 1e-6) / 1e9 * (nranks - 1) / nranks;
 }
 
 /* ---- ceil ---------------------------------------------------------------------------------- */
@@ -1153,16 +1209,17 @@ static void usage(void) {
           "usage: ncclcmp info -L LIB\n"
           "       ncclcmp ceil [-N devices] [-b 1G] [-n 5]\n"
           "       ncclcmp perf -L LIB [-l NAME] [--ce] [-G [-K calls]] [-N ranks] [-b 8] [-e 1G] [-f 8] [-n 20]\n"
-          "                    [-w 5] [-c 0|1] [-o allgather,alltoall,scatter,gather|all] [-r root] [-S 4G]\n"
-          "                    [-s 8,4K,64M,...: sizes instead of -b/-e/-f]\n"
-          "       ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100] [-X]\n"
+          "                    [-w 5] [-c 0|1] [-o allgather,alltoall,scatter,gather,sendrecv,broadcast|all]\n"
+          "                    [-r root] [-S 4G] [-s 8,4K,64M,...: sizes instead of -b/-e/-f]\n"
+          "       ncclcmp overlap -L LIB [-l NAME] [--ce] [-N ranks] [-b 256M] [-M 8192] [-R 100]\n"
+          "                    [-o allgather|alltoall|scatter|gather|sendrecv|broadcast] [-r root] [-X: -o sendrecv]\n"
           "       common: -W seconds (watchdog per phase, default 180)\n");
   _exit(2);
 }
 
 static void parseColls(const char* s) {
   if (strcmp(s, "all") == 0) {
-    collMask = 0xf;
+    collMask = (1 << NCOLL) - 1;
     return;
   }
   collMask = 0;
@@ -1205,7 +1262,7 @@ int main(int argc, char** argv) {
   int isInfo = !strcmp(mode, "info"), isCeil = !strcmp(mode, "ceil"), isPerf = !strcmp(mode, "perf"),
       isOv = !strcmp(mode, "overlap");
   if (!isInfo && !isCeil && !isPerf && !isOv) usage();
-  int bSet = 0;
+  int bSet = 0, oSet = 0, xSet = 0;
   static const struct option longs[] = {{"ce", no_argument, NULL, 'C'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
   optind = 2;
   int o;
@@ -1223,20 +1280,31 @@ int main(int argc, char** argv) {
       case 'n': iters = ceilReps = parseInt(optarg, 1, 1 << 24, "-n"); break;
       case 'w': warmup = parseInt(optarg, 0, 1 << 24, "-w"); break;
       case 'c': check = parseInt(optarg, 0, 1, "-c"); break;
-      case 'o': parseColls(optarg); break;
+      case 'o': parseColls(optarg); oSet = 1; break;
       case 'r': root = parseInt(optarg, 0, MAXR - 1, "-r"); break;
       case 's': parseList(optarg); break;
       case 'S': capBytes = parseSize(optarg); break;
       case 'M': mmSize = parseInt(optarg, 64, 65536, "-M"); break;
       case 'R': mmReps = parseInt(optarg, 1, 1 << 20, "-R"); break;
       case 'W': wdSecs = parseInt(optarg, 1, 86400, "-W"); break;
-      case 'X': ovRing = 1; break;
+      case 'X': xSet = 1; break;
       default: usage();
     }
   }
   if (optind != argc) usage();
   if (isCeil && !bSet) ceilBytes = (size_t)1 << 30;
   if (isOv && !bSet) ovBytes = (size_t)256 << 20;
+  if (isOv) { /* one looping operation: -o NAME, -X = -o sendrecv, default allgather */
+    if (oSet) {
+      if (collMask & (collMask - 1)) die(2, "overlap: -o takes one operation (%s|%s|%s|%s|%s|%s)", kColl[0],
+                                         kColl[1], kColl[2], kColl[3], kColl[4], kColl[5]);
+      ovColl = __builtin_ctz((unsigned)collMask);
+    }
+    if (xSet) {
+      if (oSet && ovColl != C_SENDRECV) die(2, "overlap: -X is -o sendrecv; it contradicts -o %s", kColl[ovColl]);
+      ovColl = C_SENDRECV;
+    }
+  }
   if (isPerf && !bSet) minBytes = 8;
 
   if (!isCeil) {
@@ -1245,6 +1313,13 @@ int main(int argc, char** argv) {
     int v = 0;
     NC(nc.GetVersion(&v), NULL);
     printf("# library %s (%s): ncclGetVersion %d\n", libName, libPath, v);
+  }
+  /* ncclSend, ncclRecv and ncclBroadcast are looked up as optional: only
+   * the operations that need them fail on a library without them. */
+  for (int c = 0; c < NCOLL && (isPerf || isOv); c++) {
+    if (isPerf ? !(collMask & (1 << c)) : c != ovColl) continue;
+    if (c == C_SENDRECV && (!nc.Send || !nc.Recv)) die(2, "sendrecv needs ncclSend and ncclRecv, which %s lacks", libPath);
+    if (c == C_BROADCAST && !nc.Broadcast) die(2, "broadcast needs ncclBroadcast, which %s lacks", libPath);
   }
   if (isInfo) {
     const char* e = loadCuda(0);
@@ -1319,11 +1394,11 @@ int main(int argc, char** argv) {
 
   /* overlap */
   enablePeers(0);
-  if (ovRing && (!nc.Send || !nc.Recv)) die(2, "overlap -X needs ncclSend and ncclRecv, which %s lacks", libPath);
-  printf("# overlap: lib %s, path %s, %d ranks on %d device(s), %s %zu bytes per rank; GEMM bf16 %dx%dx%d "
+  printf("# overlap: lib %s, path %s, %d ranks on %d device(s), %s%s %zu bytes per rank; GEMM bf16 %dx%dx%d "
          "x %d per phase on every device\n",
-         libName, ceMode ? "ce" : "default", nranks, usedDevs, ovRing ? "ring exchange (send to rank+1)" : "AllGather",
-         ovBytes, mmSize, mmSize, mmSize, mmReps);
+         libName, ceMode ? "ce" : "default", nranks, usedDevs, kTitle[ovColl],
+         ovColl == C_SENDRECV ? " (send to rank+1, receive from rank-1)" : "", ovBytes, mmSize, mmSize, mmSize,
+         mmReps);
   pthread_barrier_init(&gbar, NULL, (unsigned)(nranks + usedDevs + 1));
   for (int r = 0; r < nranks; r++)
     if (pthread_create(&R[r].th, NULL, ovRank, &R[r])) die(1, "pthread_create failed");
@@ -1351,11 +1426,12 @@ int main(int argc, char** argv) {
     if (R[r].ovUs[1] > usColl) usColl = R[r].ovUs[1];
     if (R[r].ovUs[2] > usSm) usSm = R[r].ovUs[2];
   }
-  /* The SM copy moves the same bytes as the AllGather: report it alike. */
-  printf("OVERLAP lib=%s path=%s n=%d bytes=%zu M=%d alone_ms=%.3f with_coll_ms=%.3f with_smcopy_ms=%.3f "
+  /* The SM copy moves the same bytes as the operation: report it alike. */
+  printf("OVERLAP lib=%s path=%s coll=%s n=%d bytes=%zu M=%d alone_ms=%.3f with_coll_ms=%.3f with_smcopy_ms=%.3f "
          "coll_slowdown=%.3f smcopy_slowdown=%.3f coll_busbw=%.1f coll_alone_busbw=%.1f smcopy_busbw=%.1f "
          "coll_calls=%ld\n",
-         libName, ceMode ? "ce" : "default", nranks, ovBytes, mmSize, alone, wc, ws, alone > 0 ? wc / alone : 0,
-         alone > 0 ? ws / alone : 0, busbw(usColl, ovBytes), busbw(usAlone, ovBytes), busbw(usSm, ovBytes), calls);
+         libName, ceMode ? "ce" : "default", kColl[ovColl], nranks, ovBytes, mmSize, alone, wc, ws,
+         alone > 0 ? wc / alone : 0, alone > 0 ? ws / alone : 0, busbw(ovColl, usColl, ovBytes),
+         busbw(ovColl, usAlone, ovBytes), busbw(ovColl, usSm, ovBytes), calls);
   return 0;
 }
