@@ -14,24 +14,31 @@
 #      torch venv and NCCL's version printed; ncclcmp compiled (gcc/cc/clang/
 #      nvcc, else the carried build/gpu/ncclcmp).
 #   ceil: ncclcmp ceil (local copy, 0->1 push/pull, 0<->1, all pairs at once).
-#   perf: ncclcmp perf over SIZES, eager, for cecoll (ce path), NCCL default
-#      and NCCL's ce path (ncclMemAlloc + symmetric windows + CTAPolicy ZERO).
-#   overlap: GEMM slowdown under cecoll and NCCL default.
+#   perf: ncclcmp perf over SIZES, eager, of PERF_COLLS (default all six:
+#      allgather, alltoall, scatter, gather, sendrecv, broadcast) for cecoll
+#      (ce path), NCCL default and NCCL's ce path (ncclMemAlloc + symmetric
+#      windows + CTAPolicy ZERO; NCCL's own copy-engine path covers the four
+#      collectives only: sendrecv and broadcast run NCCL's kernels under that
+#      config). cecoll is the library ncclcmp loads (CE-only: no real NCCL
+#      named), with CECOLL_ROUTE=ce so nothing could be forwarded.
+#   overlap: GEMM slowdown under cecoll and NCCL default while each operation
+#      of OV_OPS (default allgather sendrecv broadcast) loops.
 #   ctests: test_allgather/alltoall/scatter/gather/errors -r 2,<ndev> (one rank
 #      per GPU at <ndev>) in -m group and -m threads; test_multiproc (one
 #      process per GPU) -n 2,<ndev>.
 #   graph: the ncclcmp sweeps again with -G.
 #   cperf: build/cecoll-perf -g <ndev> eager and -G (8 B..16 MiB per rank
 #      checked, 64 MiB..1 GiB per rank unchecked).
-#   extra: overlap for NCCL's ce path; cecoll's default path (cuMemAlloc
+#   extra: overlap for NCCL's ce path (each of OV_OPS); cecoll's default path (cuMemAlloc
 #      buffers, staged); a short NCCL --ce run with NCCL_DEBUG=INFO.
 #   SUMMARY: pass/fail per step, busbw at 64 MiB, 256 MiB and 1 GiB per rank
 #      per collective with ratios and the ceiling, overlap slowdowns.
 #
 # Knobs (environment): OUT, BUDGET (seconds, default 450), QUICK=1, SKIP,
-# NDEV, SIZES (ncclcmp -s list), ITERS, WARMUP, CAP (ncclcmp -S),
+# NDEV, SIZES (ncclcmp -s list), PERF_COLLS (ncclcmp perf -o list, default all), ITERS, WARMUP, CAP (ncclcmp -S),
 # CPERF_SMALL / CPERF_LARGE (cecoll-perf size arguments, total sizes as nccl-tests' -b/-e; default per
 # rank 8 B..1 or 16 MiB and 64 MiB..1 GiB times NDEV; -c 1 / -c 0), CTEST_ARGS, OV_BYTES, OV_M, OV_R,
+# OV_OPS (the looping operations of the overlap steps, ncclcmp overlap -o, space-separated),
 # NCCL_LIB, CUBLAS_LIB, CECOLL_LIB (the library ncclcmp loads as cecoll), CC.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -67,6 +74,8 @@ CAP=${CAP:-4G}
 OV_BYTES=${OV_BYTES:-256M}
 OV_M=${OV_M:-8192}
 OV_R=${OV_R:-200}
+OV_OPS=${OV_OPS:-allgather sendrecv broadcast}
+PERF_COLLS=${PERF_COLLS:-all}
 
 T0=$(date +%s)
 RESULTS=()
@@ -182,11 +191,19 @@ export CECOLL_TEST_WATCHDOG=55
 step ceil 60 ceil.log "$NCMP" ceil -N "$NDEV" -b 1G -n 5
 
 # ---- Collective sweeps (ncclcmp, eager) ----------------------------------------------------------
+# route LIB: the environment ncclcmp runs in: CECOLL_ROUTE=ce for cecoll (every call it implements on
+# the copy engines, even if CECOLL_NCCL_LIB named a real library to forward to), nothing for NCCL.
+route() {
+  ROUTE=(env)
+  [ "$1" = "$CECOLL_LIB" ] && ROUTE=(env CECOLL_ROUTE=ce)
+  return 0
+}
 perf() { # NAME LIB extra args...
   local name=$1 lib=$2
   shift 2
-  step "perf_$name" 120 "perf_$name.log" "$NCMP" perf -L "$lib" -N "$NDEV" -s "$SIZES" -n "$ITERS" -w "$WARMUP" \
-    -c 1 -S "$CAP" "$@"
+  route "$lib"
+  step "perf_$name" 150 "perf_$name.log" "${ROUTE[@]}" "$NCMP" perf -L "$lib" -N "$NDEV" -s "$SIZES" \
+    -o "$PERF_COLLS" -n "$ITERS" -w "$WARMUP" -c 1 -S "$CAP" "$@"
 }
 have_nccl() { [ -n "${NCCL_LIB:-}" ]; }
 perf cecoll_ce_eager "$CECOLL_LIB" -l cecoll --ce
@@ -194,15 +211,19 @@ have_nccl && perf nccl_default_eager "$NCCL_LIB" -l nccl
 have_nccl && perf nccl_ce_eager "$NCCL_LIB" -l nccl --ce
 
 # ---- Overlap with a GEMM --------------------------------------------------------------------------
-ov() { # NAME LIB extra args...
-  local name=$1 lib=$2
-  shift 2
-  step "overlap_$name" 90 "overlap_$name.log" "$NCMP" overlap -L "$lib" -N "$NDEV" -b "$OV_BYTES" -M "$OV_M" \
-    -R "$OV_R" "$@"
+ov() { # NAME LIB OP extra args...: the log of OP allgather keeps the plain name, others get _OP
+  local name=$1 lib=$2 op=$3
+  shift 3
+  [ "$op" = allgather ] || name=${name}_$op
+  route "$lib"
+  step "overlap_$name" 90 "overlap_$name.log" "${ROUTE[@]}" "$NCMP" overlap -L "$lib" -N "$NDEV" -b "$OV_BYTES" \
+    -M "$OV_M" -R "$OV_R" -o "$op" "$@"
 }
 if ! skipped overlap; then
-  ov cecoll_ce "$CECOLL_LIB" -l cecoll --ce
-  have_nccl && ov nccl_default "$NCCL_LIB" -l nccl
+  for op in $OV_OPS; do
+    ov cecoll_ce "$CECOLL_LIB" "$op" -l cecoll --ce
+    have_nccl && ov nccl_default "$NCCL_LIB" "$op" -l nccl
+  done
 fi
 
 # ---- Correctness: the C tests, one rank per GPU -------------------------------------------------------
@@ -246,7 +267,9 @@ fi
 
 # ---- Extras: NCCL's CE path under a GEMM, cecoll's default path, NCCL's log -----------------------------
 if ! skipped extra; then
-  skipped overlap || { have_nccl && ov nccl_ce "$NCCL_LIB" -l nccl --ce; }
+  if ! skipped overlap && have_nccl; then
+    for op in $OV_OPS; do ov nccl_ce "$NCCL_LIB" "$op" -l nccl --ce; done
+  fi
   perf cecoll_default_eager "$CECOLL_LIB" -l cecoll
   if have_nccl; then
     step nccl_ce_debug 60 nccl_ce_debug.log env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALL "$NCMP" perf \
@@ -265,7 +288,7 @@ fi
     IFS='|' read -r name rc secs log <<<"$r"
     if [ "$rc" = skip ]; then st=SKIP; elif [ "$rc" = 0 ]; then st=PASS; else st=FAIL; fi
     [ "$rc" = 124 ] || [ "$rc" = 137 ] && st="FAIL(timeout)"
-    printf '%-14s %-26s %4ss  %s\n' "$st" "$name" "$secs" \
+    printf '%-14s %-30s %4ss  %s\n' "$st" "$name" "$secs" \
       "$(grep -E '[0-9]+ passed, [0-9]+ failed|wrong bytes|WATCHDOG|out of bounds' "$OUT/$log" 2>/dev/null | tail -1)"
   done
 } | tee "$OUT/summary.txt"
