@@ -4,8 +4,9 @@
 Reads the CEIL lines of ceil.log, the ROW lines of perf_*.log (ncclcmp), the
 JSON of cecoll-perf (cperf_*.json) and the OVERLAP lines of overlap_*.log,
 and prints: the ceilings; busbw at 64 MiB, 256 MiB and 1 GiB per rank for each
-collective with the ratios the targets name; wrong bytes; the overlap
-slowdowns. Standard library only.
+operation (the four collectives, sendrecv, broadcast) with the ratios the
+targets name; wrong bytes; the overlap slowdowns per looping operation.
+Standard library only.
 """
 import glob
 import json
@@ -15,7 +16,10 @@ import sys
 
 MIB = 1 << 20
 SIZES = [64 * MIB, 256 * MIB, 1024 * MIB]
-COLLS = ["allgather", "alltoall", "scatter", "gather"]
+COLLS = ["allgather", "alltoall", "scatter", "gather", "sendrecv", "broadcast"]
+# NCCL 2.28's copy-engine path covers these; for the others NCCL's --ce rows
+# are its usual kernels under the CE recipe's config.
+NCCL_CE_COLLS = ("allgather", "alltoall", "scatter", "gather")
 
 
 def kv(line):
@@ -71,16 +75,31 @@ def main(out):
         if k in ceil:
             d = ceil[k]
             print("  %-9s %s" % (k, " ".join("%s=%s" % (a, b) for a, b in d.items() if a != "kind")))
-    ceiling = None
-    if "allpairs" in ceil:
-        ceiling = num(ceil["allpairs"].get("per_gpu_GBps"))
-        label = "all pairs at once, per GPU"
-    elif "push" in ceil:
-        ceiling = num(ceil["push"].get("GBps"))
-        label = "0->1 push"
-    if ceiling:
-        print("  ceiling used below: %.1f GB/s (%s; AllGather busbw = bytes each rank receives per second)" %
-              (ceiling, label))
+    def ceil_of(kind, key):
+        return num(ceil[kind].get(key)) if kind in ceil else None
+
+    # The ceiling each operation's busbw is held against: the four collectives
+    # (busbw = bytes each rank receives per second, from every peer at once):
+    # all pairs at once per GPU; sendrecv (each GPU sends to one peer while it
+    # receives from another): one direction of 0<->1; broadcast (busbw = algbw:
+    # each rank takes the chunk in once): the 0->1 push.
+    push = ceil_of("push", "GBps")
+    cands = {"all": [(ceil_of("allpairs", "per_gpu_GBps"), "all pairs at once, per GPU"), (push, "0->1 push")],
+             "sendrecv": [(ceil_of("bidir", "per_direction_GBps"), "0<->1, per direction"), (push, "0->1 push")],
+             "broadcast": [(push, "0->1 push")]}
+    ceilings = {}
+    for coll in COLLS:
+        for v, label in cands.get(coll, cands["all"]):
+            if v:
+                ceilings[coll] = (v, label)
+                break
+    shown = set()
+    for coll in COLLS:
+        if coll in ceilings and ceilings[coll] not in shown:
+            shown.add(ceilings[coll])
+            names = [c for c in COLLS if ceilings.get(c) == ceilings[coll]]
+            print("  ceiling used below for %s: %.1f GB/s (%s)" % (",".join(names), ceilings[coll][0],
+                                                                ceilings[coll][1]))
 
     series_order = ["cecoll/ce/eager", "cecoll/ce/graph", "cecoll/default/eager", "cecoll-perf/win/eager",
                     "cecoll-perf/win/graph", "nccl/default/eager", "nccl/default/graph", "nccl/ce/eager",
@@ -99,7 +118,11 @@ def main(out):
         return "%6.2f" % (a / b) if a and b else "     -"
 
     print()
-    print("-- busbw GB/s per collective (chunk = bytes per rank); ratios: cecoll ce-path vs NCCL, same harness & mode")
+    print("-- busbw GB/s per operation (chunk = bytes per rank; busbw = algbw*(n-1)/n for the four collectives,")
+    print("   = algbw for sendrecv and broadcast, as nccl-tests); ratios: cecoll ce-path vs NCCL, same harness & mode.")
+    print("   NCCL's copy-engine path covers %s only: its ce rows of sendrecv and broadcast are NCCL's" %
+          "/".join(NCCL_CE_COLLS))
+    print("   kernels under the ce config (ncclMemAlloc + symmetric windows + CTAPolicy ZERO).")
     for s in present:
         print("   %-10s = %s" % (short.get(s, s), s))
     hdr = "  %-9s %6s " % ("coll", "chunk") + " ".join("%9s" % short.get(s, s)[:9] for s in present)
@@ -115,12 +138,14 @@ def main(out):
             ce, ceg = bw("cecoll/ce/eager", coll, size), bw("cecoll/ce/graph", coll, size)
             nd, nce = bw("nccl/default/eager", coll, size), bw("nccl/ce/eager", coll, size)
             ndg, nceg = bw("nccl/default/graph", coll, size), bw("nccl/ce/graph", coll, size)
+            ceiling = ceilings.get(coll, (None, ""))[0]
             line += "  %s %s %s %s %s" % (ratio(ce, nd), ratio(ce, nce), ratio(ceg, ndg), ratio(ceg, nceg),
                                           ratio(ce, ceiling))
             print(line)
             best = max([v for v in (ce, ceg) if v] or [0])
             checks = []
-            for name, ref, fac in (("NCCL CE", max([v for v in (nce, nceg) if v] or [0]), 1.0),
+            for name, ref, fac in (("NCCL CE" if coll in NCCL_CE_COLLS else "NCCL ce-config",
+                                    max([v for v in (nce, nceg) if v] or [0]), 1.0),
                                    ("NCCL default", max([v for v in (nd, ndg) if v] or [0]), 1.0),
                                    ("90% ceiling", ceiling or 0, 0.9)):
                 if not ref or not best:
@@ -130,7 +155,8 @@ def main(out):
             verdicts.append("  %-9s %5dM  cecoll best %s  %s" % (coll, size // MIB, "%.1f" % best if best else "-",
                                                                "; ".join(checks)))
     print()
-    print("-- targets at >= 64 MiB (cecoll = best of its eager/graph ce-path rows vs the best NCCL row of each path)")
+    print("-- targets at >= 64 MiB (cecoll = best of its eager/graph ce-path rows vs the best NCCL row of each path;")
+    print("   sendrecv and broadcast: the same comparison, no target named)")
     for v in verdicts:
         print(v)
 
@@ -146,22 +172,37 @@ def main(out):
     for path in sorted(glob.glob(os.path.join(out, "overlap_*.log"))):
         for line in open(path, errors="replace"):
             if line.startswith("OVERLAP "):
-                ovs.append(kv(line))
+                d = kv(line)
+                d.setdefault("coll", "allgather")  # lines from before the operation was selectable
+                ovs.append(d)
+    order = {c: i for i, c in enumerate(COLLS)}
+    ovs.sort(key=lambda d: (order.get(d["coll"], len(COLLS)), d.get("coll"), d.get("lib") != "cecoll",
+                            d.get("lib"), d.get("path") != "default", d.get("path")))
     print()
-    print("-- GEMM under load (ms per GEMM averaged over devices; slowdown = with/alone; busbw GB/s)")
+    print("-- GEMM under load (ms per GEMM averaged over devices; slowdown = with/alone; busbw GB/s; coll = the")
+    print("   operation looping beside the GEMM, smcopy = an SM copy of the same bytes along the same pairs)")
     if ovs:
-        print("  %-7s %-8s %9s %9s %9s %9s %9s %9s %9s %9s" % ("lib", "path", "alone", "w/coll", "w/smcopy", "coll_x",
-                                                            "smcopy_x", "coll_bw", "coll_bw0", "smcopy_bw"))
+        print("  %-9s %-7s %-8s %9s %9s %9s %9s %9s %9s %9s %9s" % (
+            "coll", "lib", "path", "alone", "w/coll", "w/smcopy", "coll_x", "smcopy_x", "coll_bw", "coll_bw0",
+            "smcopy_bw"))
         for d in ovs:
-            print("  %-7s %-8s %9s %9s %9s %9s %9s %9s %9s %9s" % (
-                d.get("lib"), d.get("path"), d.get("alone_ms"), d.get("with_coll_ms"), d.get("with_smcopy_ms"),
-                d.get("coll_slowdown"), d.get("smcopy_slowdown"), d.get("coll_busbw"), d.get("coll_alone_busbw"),
-                d.get("smcopy_busbw")))
-        cec = [num(d["coll_slowdown"]) for d in ovs if d.get("lib") == "cecoll"]
-        nd = [num(d["coll_slowdown"]) for d in ovs if d.get("lib") == "nccl" and d.get("path") == "default"]
-        if cec and nd:
-            print("  target: GEMM slows less under cecoll (x%.3f) than under NCCL default (x%.3f): %s" %
-                  (cec[0], nd[0], "PASS" if cec[0] < nd[0] else "FAIL"))
+            print("  %-9s %-7s %-8s %9s %9s %9s %9s %9s %9s %9s %9s" % (
+                d.get("coll"), d.get("lib"), d.get("path"), d.get("alone_ms"), d.get("with_coll_ms"),
+                d.get("with_smcopy_ms"), d.get("coll_slowdown"), d.get("smcopy_slowdown"), d.get("coll_busbw"),
+                d.get("coll_alone_busbw"), d.get("smcopy_busbw")))
+        print()
+        print("  GEMM slowdown per looping operation (x = with/alone)")
+        series = [("cecoll", "ce"), ("nccl", "default"), ("nccl", "ce")]
+        print("  %-9s %10s %10s %10s   %s" % ("coll", "cecoll/ce", "nccl/def", "nccl/ce", "target: cecoll < NCCL default"))
+        for coll in sorted({d["coll"] for d in ovs}, key=lambda c: (order.get(c, len(COLLS)), c)):
+            x = {}
+            for d in ovs:
+                if d["coll"] == coll:
+                    x.setdefault((d.get("lib"), d.get("path")), num(d.get("coll_slowdown")))
+            cec, nd = x.get(("cecoll", "ce")), x.get(("nccl", "default"))
+            verdict = ("PASS" if cec < nd else "FAIL") if cec and nd else "n/a"
+            print("  %-9s %10s %10s %10s   %s" % (coll, *["x%.3f" % x[k] if x.get(k) else "-" for k in series],
+                                                verdict))
     else:
         print("  (no OVERLAP lines)")
 
