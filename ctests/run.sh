@@ -48,6 +48,9 @@
 # forward=lib under chaos seeds 1-3 (the default environment only with
 # --fast: the three ways). test_dropin_link.sh: a library using NCCL's
 # device API links against build/dropin/libnccl.so.2 and loads (torch).
+# test_mpi.c: an MPI program built with mpicc, linked with -lnccl against
+# build/dropin, under mpirun with 2 and 4 ranks, plain and chaos=1 (plain
+# only with --fast; SKIPPED loudly without mpicc and mpirun).
 # test_ncclenv (NCCL's environment: NCCL_DEBUG*, NCCL_COMM_ID, ...; its
 # children started with posix_spawn, built with mp_common.c) and test_fork
 # run in the default row only, test_ncclenv with FAKE_NCCL naming the fake
@@ -118,6 +121,16 @@ if [ "$mode" = compile ]; then
     record "compile test_forward" PASS "syntax only, with the fake NCCL"
   else
     record "compile test_forward" FAIL ""
+  fi
+  if command -v mpicc >/dev/null; then
+    if mpicc "${cflags[@]}" -fsyntax-only "$here/test_mpi.c"; then
+      record "compile test_mpi" PASS "syntax only, mpicc"
+    else
+      record "compile test_mpi" FAIL ""
+    fi
+  else
+    echo "!!!! mpicc not found (Debian: openmpi-bin libopenmpi-dev): test_mpi is not compiled !!!!" >&2
+    record "compile test_mpi" SKIP "mpicc not found: install openmpi-bin libopenmpi-dev"
   fi
   for t in $tests $mptests $envtests $onetests; do
     if $CC "${cflags[@]}" -fsyntax-only "$here/test_$t.c" && $CC "${cflags[@]}" -fsyntax-only "$here/common.c"; then
@@ -290,6 +303,67 @@ if [ -z "${CECOLL_LIB:-}" ] && [ -f "$root/build/dropin/libnccl.so.2" ] && ! [ "
   fi
 else
   record test_dropin_link.sh SKIP "no current build/dropin/libnccl.so.2 (make dropin), or CECOLL_LIB set"
+fi
+# MPI (test_mpi.c): an MPI+NCCL application's way in. Built with mpicc and
+# linked with -lnccl against make dropin's build/dropin/libnccl.so.2 (through
+# a libnccl.so link in $out/mpi, as an NCCL development package has it), run
+# under mpirun with build/dropin first on LD_LIBRARY_PATH, one rank per
+# process on device rank % count of the host device, CECOLL_ROUTE=ce:
+# 2 and 4 ranks, plain and (not with --fast) under CECOLL_HOST_CHAOS=1,
+# about 15 s in all on 2 cores. Without mpicc and mpirun (Debian:
+# openmpi-bin libopenmpi-dev, which .ci/run installs) the rows are SKIPPED
+# loudly; without a current drop-in (make dropin), or with CECOLL_LIB, too.
+run_mpi() { # ROW NP ENV...
+  local row=$1 np=$2 log="$out/logs/$1.test_mpi.log" start end rc last ompi=() envs=()
+  shift 2
+  mkdir -p "$out/logs"
+  envs=(CECOLL_BACKEND=host CECOLL_ROUTE=ce "LD_LIBRARY_PATH=$root/build/dropin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@")
+  # Open MPI: root needs --allow-run-as-root, fewer cores than ranks
+  # --oversubscribe, and -x passes each variable on (other MPIs inherit them).
+  if mpirun --version 2>&1 | grep -q "Open MPI"; then
+    ompi=(--allow-run-as-root --oversubscribe)
+    for e in "${envs[@]}"; do ompi+=(-x "${e%%=*}"); done
+  fi
+  start=$(date +%s)
+  env "${envs[@]}" timeout -k 10 "$TIMEOUT" mpirun "${ompi[@]}" -np "$np" "$out/mpi/test_mpi" -w $((TIMEOUT - 5)) >"$log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  last=$(grep -E '^test_mpi: [0-9]+ ranks, [0-9]+ lines' "$log" | tail -1)
+  if [ "$rc" -eq 0 ] && [ -n "$last" ]; then
+    record "$row test_mpi" PASS "$((end - start))s  ${last#test_mpi: }"
+  else
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && last="TIMED OUT after ${TIMEOUT}s; $last"
+    record "$row test_mpi" FAIL "rc=$rc $((end - start))s  ${last#test_mpi: }  (log: $log)"
+    echo "---- $row test_mpi failed (rc=$rc); its FAIL lines and the last lines of $log:"
+    grep -E '^FAIL' "$log" | head -20 | cut -c1-240
+    tail -15 "$log"
+  fi
+}
+dropin_so="$root/build/dropin/libnccl.so.2"
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+  echo "!!!! mpicc or mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev): the MPI rows are SKIPPED !!!!" >&2
+  record "mpi test_mpi" SKIP "mpicc or mpirun not found: install openmpi-bin libopenmpi-dev"
+elif [ -n "${CECOLL_LIB:-}" ] || [ ! -f "$dropin_so" ] || [ "$dropin_so" -ot "$lib" ]; then
+  echo "!!!! no current build/dropin/libnccl.so.2 (make dropin), or CECOLL_LIB set: the MPI rows are SKIPPED !!!!" >&2
+  record "mpi test_mpi" SKIP "no current build/dropin/libnccl.so.2 (make dropin), or CECOLL_LIB set"
+else
+  mkdir -p "$out/mpi"
+  ln -sfn "$dropin_so" "$out/mpi/libnccl.so"
+  if mpicc "${cflags[@]}" -o "$out/mpi/test_mpi" "$here/test_mpi.c" "$here/common.c" -L"$out/mpi" -lnccl -lpthread \
+    2>"$out/mpi/build.log"; then
+    if command -v readelf >/dev/null && ! readelf -d "$out/mpi/test_mpi" | grep -q 'NEEDED.*\[libnccl\.so\.2\]'; then
+      record "build test_mpi" FAIL "$out/mpi/test_mpi does not need libnccl.so.2: $(readelf -d "$out/mpi/test_mpi" | grep NEEDED | tr -s ' ' | tr '\n' ' ')"
+    else
+      record "build test_mpi" PASS "mpicc, -lnccl against build/dropin (NEEDED libnccl.so.2)"
+    fi
+    for np in 2 4; do
+      run_mpi "mpi,n$np" "$np"
+      [ "$mode" = all ] && run_mpi "mpi,n$np,chaos=1" "$np" CECOLL_HOST_CHAOS=1
+    done
+  else
+    record "build test_mpi" FAIL "see $out/mpi/build.log"
+    cat "$out/mpi/build.log"
+  fi
 fi
 if [ "$mode" = all ]; then
   for seed in 1 2 3; do
