@@ -255,6 +255,9 @@ func TestCheckP2P(t *testing.T) {
 						}
 					}
 					if err := c.P2P(fn, p, n, 0, 1-r, streams[r]); err != nil {
+						if k > firstMismatch(tc.sends, tc.recvs) && result.Of(err) == result.InvalidUsage {
+							continue // the check failed the communicator already: a later call fails with the cause
+						}
 						return err
 					}
 				}
@@ -389,4 +392,15 @@ func awaitAsyncErrors(comms []*Comm, d time.Duration) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// firstMismatch is the index of the first transfer whose two sides differ
+// in size (len: none).
+func firstMismatch(sends, recvs []uintptr) int {
+	for k := range min(len(sends), len(recvs)) {
+		if sends[k] != recvs[k] {
+			return k
+		}
+	}
+	return min(len(sends), len(recvs))
 }
