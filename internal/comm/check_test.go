@@ -309,9 +309,7 @@ func TestCheckP2P(t *testing.T) {
 // one, with CECOLL_CHECK=1 (posting it on the board) and without.
 func TestCheckP2PAllocs(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	old := newEngine
-	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
-	defer func() { newEngine = old }()
+	useNopEngine(t)
 	for _, check := range []bool{false, true} {
 		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
 			if check {

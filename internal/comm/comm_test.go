@@ -295,13 +295,7 @@ func TestCollectiveValidation(t *testing.T) {
 // The eager launch path allocates nothing.
 func TestLaunchAllocs(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	old := newEngine
-	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
-	defer func() { newEngine = old }()
-	rt := newRT(t, 1)
-	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
-	require.NoError(t, err)
-	defer destroyAll(t, comms)
+	comms := nopComms(t, 2)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	allocs := testing.AllocsPerRun(100, func() {
@@ -317,13 +311,7 @@ func TestLaunchAllocs(t *testing.T) {
 // (Launch), with their blocks' bytes.
 func TestSummaryCounts(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	old := newEngine
-	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
-	defer func() { newEngine = old }()
-	rt := newRT(t, 1)
-	comms, err := InitAll(rt, 2, []int{0, 0}, DefaultConfig())
-	require.NoError(t, err)
-	defer destroyAll(t, comms)
+	comms := nopComms(t, 2)
 	c := comms[0]
 	require.True(t, c.RouteCE(ce.FuncAllGather, 0x1000, 0x2000, 8, 7, -1))
 	a := LaunchArgs{Func: FuncAlltoAll, Datatype: 7, EltSize: 4, Count: 8, Send: 0x1000, Recv: 0x2000, Stream: 0x1234}
@@ -337,13 +325,7 @@ func TestSummaryCounts(t *testing.T) {
 // ncclGroupEnd) allocates nothing either, once the thread has run a group.
 func TestGroupLaunchAllocs(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	old := newEngine
-	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
-	defer func() { newEngine = old }()
-	rt := newRT(t, 1)
-	comms, err := InitAll(rt, 4, []int{0, 0, 0, 0}, DefaultConfig())
-	require.NoError(t, err)
-	defer destroyAll(t, comms)
+	comms := nopComms(t, 4)
 	runtime.LockOSThread() // groups belong to the calling thread
 	defer runtime.UnlockOSThread()
 	group := func() {

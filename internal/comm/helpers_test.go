@@ -142,6 +142,24 @@ func useFakeEngine(t *testing.T) {
 	t.Cleanup(func() { newEngine = old })
 }
 
+// useNopEngine makes the communicators t creates run engines that do
+// nothing (nopEngine): the launch path's own cost, without a device's.
+func useNopEngine(t *testing.T) {
+	old := newEngine
+	newEngine = func(c ce.Comm, _ ce.Config) (engine, error) { return nopEngine{}, nil }
+	t.Cleanup(func() { newEngine = old })
+}
+
+// nopComms is n ranks of one process on device 0 with engines that do
+// nothing, destroyed when t ends.
+func nopComms(t *testing.T, n int) []*Comm {
+	useNopEngine(t)
+	comms, err := InitAll(newRT(t, 1), n, make([]int, n), DefaultConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { destroyAll(t, comms) })
+	return comms
+}
+
 func destroyAll(t *testing.T, comms []*Comm) {
 	t.Helper()
 	for _, c := range comms {
