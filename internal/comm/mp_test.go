@@ -446,10 +446,7 @@ func mpCheck(t *testing.T, rt hip.Runtime, c *Comm, inPlace bool) {
 		require.NoError(t, c.Collective(ce.FuncAllGather, buf, recv, count, 0, 0, s))
 	}
 	require.Less(t, time.Since(start), time.Second, "the call waited")
-	deadline := time.Now().Add(10 * time.Second)
-	for c.AsyncError() == nil && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
+	awaitAsyncErrors([]*Comm{c}, 10*time.Second)
 	err = c.AsyncError()
 	requireCode(t, result.InvalidUsage, err)
 	if inPlace {
@@ -501,10 +498,7 @@ func mpCheckP2P(t *testing.T, rt hip.Runtime, c *Comm) {
 		require.NoError(t, err, "transfer #%d", k+1)
 	}
 	require.Less(t, time.Since(start), time.Second, "the calls waited")
-	deadline := time.Now().Add(10 * time.Second)
-	for c.AsyncError() == nil && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
+	awaitAsyncErrors([]*Comm{c}, 10*time.Second)
 	err = c.AsyncError()
 	requireCode(t, result.InvalidUsage, err)
 	require.Contains(t, err.Error(), "rank 1's receive #2 from rank 0 is 30000 bytes")
