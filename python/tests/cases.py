@@ -440,6 +440,19 @@ def run_versions():
     return None
 
 
+def host_barrier(outdir, name, rank, world_size, timeout=120):
+    """Waits until every rank has reached this point, through files in outdir
+    (no communicator involved)."""
+    import time
+
+    open(os.path.join(outdir, "%s.%d" % (name, rank)), "w").close()
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(os.path.join(outdir, "%s.%d" % (name, r))) for r in range(world_size)):
+        if time.monotonic() > deadline:
+            raise RuntimeError("host barrier %s: not every rank arrived in %d s" % (name, timeout))
+        time.sleep(0.005)
+
+
 def session(rank, world_size, outdir, share):
     """One rank of a test session: makes the group, runs every case."""
     import cecoll
@@ -474,7 +487,11 @@ def session(rank, world_size, outdir, share):
         rec.record("api/id_file_private", err)
         with cecoll.ProcessGroup(0, 1, cecoll.get_unique_id()) as solo:
             run_errors(solo, rec)
-        pg.barrier()  # every rank is past its collectives: rank 0's refusal fails no pending call
+        # Every rank is past its collectives, error checks included, before
+        # rank 0's refusal: the host barrier waits for the device one's checks,
+        # which would otherwise see rank 0's abort.
+        pg.barrier()
+        host_barrier(outdir, "before-refusal", rank, world_size)
         try:
             err = run_refusal(pg, rec)
         except Exception:
