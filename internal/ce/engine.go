@@ -76,7 +76,7 @@ type Engine struct {
 	attrs   [1]hip.CopyAttributes
 	attrI   [1]uintptr
 
-	issued atomic.Uint64 // eager collectives enqueued (progress)
+	issued atomic.Uint64 // eager collectives and graph launches enqueued (progress)
 
 	// How long Close waits for the streams.
 	drainLimit time.Duration
@@ -325,10 +325,11 @@ func (e *Engine) Abort() {
 	e.sig.startRelease(e)
 }
 
-// Pending reports whether this rank's last eager collective is still
-// queued or running: one event query, no lock, never a wait. The
-// communicator's watchdog polls it (with Seq) to find a call that makes no
-// progress.
+// Pending reports whether this rank's last eager collective, or the last
+// graph replay launched through OrderAfter, is still queued or running:
+// event queries, no lock, never a wait. The communicator's watchdog polls
+// it (with Issued) to find work that makes no progress: a replay parked on
+// a peer that never comes is a hang as an eager call's is.
 func (e *Engine) Pending() bool {
 	if e == nil {
 		return false
@@ -341,10 +342,11 @@ func (e *Engine) Pending() bool {
 	if err := e.rt.SetDevice(e.dev); err != nil {
 		return false
 	}
-	return errors.Is(e.rt.EventQuery(e.evOut), hip.ErrNotReady)
+	return errors.Is(e.rt.EventQuery(e.evOut), hip.ErrNotReady) || errors.Is(e.rt.EventQuery(e.tail), hip.ErrNotReady)
 }
 
-// Issued is the number of eager collectives enqueued so far.
+// Issued is the number of eager collectives and graph launches (OrderAfter)
+// enqueued so far.
 func (e *Engine) Issued() uint64 { return e.issued.Load() }
 
 // Event is this rank's signal event, which a group hands to every rank of
@@ -395,6 +397,7 @@ func (e *Engine) OrderAfter(s hip.Stream) error {
 		return err
 	}
 	e.tailS, e.tailEv = s, e.tail
+	e.issued.Add(1) // progress: Pending watches the replay from now on
 	return nil
 }
 

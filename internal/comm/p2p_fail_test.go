@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"cecoll/internal/hip"
 	"cecoll/internal/result"
 )
 
@@ -90,4 +91,60 @@ func TestP2PTimeout(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A graph replay parked on a peer that never launches its own stays
+// pending past CECOLL_TIMEOUT as an eager call does: the communicator
+// fails on both ranks with ncclRemoteError naming the timeout, and the
+// failure releases the replay.
+func TestGraphTimeout(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	t.Setenv("CECOLL_TIMEOUT", "0.3")
+	t.Cleanup(func() { watchIdle(t) })
+	watchIdle(t)
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 2, []int{0, 1}, DefaultConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() { // the replay may still be parked: release it
+			for _, c := range comms {
+				_ = c.Abort()
+			}
+		}
+	})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := comms[0]
+	require.NoError(t, rt.SetDevice(c.Device()))
+	s, err := rt.StreamCreate()
+	require.NoError(t, err)
+	buf, err := MemAlloc(rt, 128)
+	require.NoError(t, err)
+	require.NoError(t, rt.StreamBeginCapture(s, hip.CaptureModeRelaxed))
+	require.NoError(t, c.Collective(FuncAllGather, buf, buf, 16, 7 /* float32 */, 0, s))
+	g, err := rt.StreamEndCapture(s)
+	require.NoError(t, err)
+	x, err := rt.GraphInstantiate(g)
+	require.NoError(t, err)
+	require.NoError(t, rt.GraphDestroy(g))
+	require.NoError(t, c.OrderBefore(s))
+	start := time.Now()
+	require.NoError(t, rt.GraphLaunch(x, s)) // rank 1 never launches its replay
+	require.NoError(t, c.OrderAfter(s))
+	deadline := time.Now().Add(10 * time.Second)
+	for c.AsyncError() == nil && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	err = c.AsyncError()
+	requireCode(t, result.RemoteError, err)
+	require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "failed before the timeout")
+	requireCode(t, result.RemoteError, comms[1].AsyncError()) // the silent peer hears it
+	require.NoError(t, rt.StreamSynchronize(s), "the failure released the parked replay")
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
+	}
+	require.NoError(t, rt.GraphExecDestroy(x))
+	require.NoError(t, rt.StreamDestroy(s))
+	require.NoError(t, MemFree(rt, buf))
 }

@@ -11,11 +11,11 @@ import (
 
 // The watchdog: one goroutine for every communicator of the process, one
 // process or several. It polls each engine's progress (an event query and
-// a counter, no lock a call may hold). When a rank's last collective stays
-// pending, with no new collective issued, for CECOLL_TIMEOUT seconds
-// (default 600), a peer has stopped responding: the communicator fails
-// with an asynchronous ncclRemoteError, which releases its queued waits
-// and tells its peers (Comm.fail). No rank then hangs forever on a silent
+// a counter, no lock a call may hold). When a rank's last collective or
+// graph replay (cecollGraphLaunch) stays pending, with nothing new issued,
+// for CECOLL_TIMEOUT seconds (default 600), a peer has stopped responding:
+// the communicator fails with an asynchronous ncclRemoteError, which
+// releases its queued waits and tells its peers (Comm.fail). No rank then hangs forever on a silent
 // or dead peer, in any layout.
 
 var watched = struct {
@@ -81,7 +81,7 @@ func watchLoop(limit time.Duration) {
 		}
 		watched.Unlock()
 		for _, c := range stuck {
-			c.fail(result.Errorf(result.RemoteError, "rank %d: collective #%d made no progress for %v (CECOLL_TIMEOUT): a peer stopped responding",
+			c.fail(result.Errorf(result.RemoteError, "rank %d: its last work on the copy engines (collective #%d or a graph replay after it) made no progress for %v (CECOLL_TIMEOUT): a peer stopped responding",
 				c.rank, c.seq.Load(), limit))
 		}
 	}

@@ -55,7 +55,7 @@ var (
 	Events = newBool("CECOLL_EVENTS", Tuning, true,
 		"1: a grouped eager call holding every rank, all on one device in this process, syncs by events; 0: flag signals always")
 	Timeout = newSeconds("CECOLL_TIMEOUT", User, 600*time.Second,
-		"seconds a collective may stay pending without progress before the communicator fails with ncclRemoteError; also how long a finalized engine waits for its streams before it leaks rather than frees")
+		"seconds a collective or graph replay may stay pending without progress before the communicator fails with ncclRemoteError; also how long a finalized engine waits for its streams before it leaks rather than frees")
 	AbortTimeout = newSeconds("CECOLL_ABORT_TIMEOUT", User, 5*time.Second,
 		"that wait after an abort, in seconds")
 	CheckPointers = newBool("CECOLL_CHECK_POINTERS", User, false,

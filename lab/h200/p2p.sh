@@ -43,6 +43,8 @@
 #            graph cells of the matrix
 #   staged   the staged ring at 256 MiB, -t N and -P N (MPS), build/base against build/, ROUNDS
 #            rounds alternating
+#   graphtimeout  the graphs that hung, under CECOLL_TIMEOUT=5: each run should end in
+#            ncclRemoteError naming CECOLL_TIMEOUT (the watchdog over graph replays), not rc=124
 # A GEMM beside the ring exchange is lab/h200/overlap.sh ring. "base" is build/base (another
 # build's library, run by build/cecoll-perf), "wv" build/wv (lab/h200/p2pwv.patch).
 # build/ comes carried (make all; build/ctests/matrix; build/cecoll-perf):
@@ -233,6 +235,16 @@ PY
         mps_off
       done
     done
+    ;;
+  graphtimeout)
+    # The rows that hung, under CECOLL_TIMEOUT=5: the watchdog should fail
+    # the communicator (ncclRemoteError naming CECOLL_TIMEOUT, rc != 124)
+    # and release the replays, within 30 s.
+    for lay in "-g 3" "-t 3"; do
+      CECOLL_TIMEOUT=5 PERF_TIMEOUT=30 perf new "$R/gt-sr${lay// /}.txt" sendrecv $lay -b 8 -e 8 -d uint8 -n 20 -G 1 -w 0 -c 0
+    done
+    CECOLL_TIMEOUT=5 PERF_TIMEOUT=30 perf new "$R/gt-ag-t3.txt" allgather -t 3 -b 24 -e 24 -d uint8 -n 40 -G 1 -w 0 -c 0
+    grep -H -E "CECOLL_TIMEOUT|rror|^ +[0-9]+ " "$R"/gt-*.txt | cut -c1-220 | head -20
     ;;
   *) echo "unknown stage $stage" ;;
   esac

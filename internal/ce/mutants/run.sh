@@ -9,7 +9,8 @@
 # the communicators' decisions, run in ./internal/comm/: FNN forward
 # mode's (routing agreement, real-first teardown, the window rule), CNN
 # the rest (a refusal fails every rank, CECOLL_CHECK's rooted offsets,
-# the engine settings agreed at init, forward-only on too few queues),
+# the engine settings agreed at init, graph replays under
+# the timeout, forward-only on too few queues),
 # PNN point-to-point's (matching order, credits before reuse, signal
 # after data, the staged halves, the streams of a thread's group; in
 # internal/ce: captured pairs, the receives' stream).
