@@ -28,7 +28,10 @@ import (
 // Where a piece lands (Transfer.PeerBuf): directly in the receiver's
 // buffer when the sender knows it (both sides in one group of one
 // process: one piece, no copy out), else in the receiver's staging window,
-// in its slot of the sender (stageSize/n bytes, two halves used in turn).
+// in its slot of the sender (slotOf; two halves used in turn). A rank
+// never stages a transfer with itself, so the window holds n-1 slots of
+// stageSize/(n-1) bytes: the piece, which bounds the staged path's speed
+// (docs/performance.md), is as large as the window allows.
 //
 // A batch runs as rounds: in round r every channel moves its piece r.
 // Step i enqueues the sends of round i (their credit waits, copies, data
@@ -149,6 +152,12 @@ func opName(t *Transfer) string {
 	return "Send"
 }
 
+// slotOf is the offset, in receiver r's staging window, of its slot of
+// sender s != r: the senders after r in ring order, one slot each.
+func (p *p2pPlan) slotOf(s, r, n int) uintptr {
+	return uintptr((s-r-1+n)%n) * p.slot
+}
+
 // piecesOf is the pieces of transfer t.
 func (p *p2pPlan) piecesOf(t *Transfer) int {
 	switch {
@@ -167,7 +176,7 @@ func (e *Engine) prepareP2P(a *Args) error {
 	p := &c.p2p
 	n := e.n
 	p.ops, p.joins, p.rounds = a.P2P, a.Joins, 0
-	p.slot = e.stageSize / uintptr(n)
+	p.slot = e.stageSize / uintptr(max(n-1, 1))
 	p.piece = p.slot / 2
 	if p.piece >= 256 {
 		p.piece &^= 255
@@ -381,7 +390,7 @@ func (e *Engine) p2pSends(s hip.Stream, r int) error {
 		t := &p.ops[op]
 		dst := t.PeerBuf + hip.DevicePtr(off)
 		if t.PeerBuf == 0 {
-			dst = e.stageWin.PeerBase(q) + hip.DevicePtr(uintptr(me)*p.slot+uintptr(r%2)*p.piece)
+			dst = e.stageWin.PeerBase(q) + hip.DevicePtr(p.slotOf(me, q, n)+uintptr(r%2)*p.piece)
 		}
 		e.cp.add(dst, t.Buf+hip.DevicePtr(off), l)
 	}
@@ -423,7 +432,7 @@ func (e *Engine) p2pRecvs(s hip.Stream, r int) error {
 		if op < 0 || l == 0 || p.ops[op].PeerBuf != 0 {
 			continue // none, or one the sender copied into place
 		}
-		src := e.stageBase + hip.DevicePtr(uintptr(q)*p.slot+uintptr(r%2)*p.piece) // the half piece r used
+		src := e.stageBase + hip.DevicePtr(p.slotOf(q, e.rank, n)+uintptr(r%2)*p.piece) // the half piece r used
 		e.cp.add(p.ops[op].Buf+hip.DevicePtr(off), src, l)
 	}
 	if err := e.submit(s); err != nil {

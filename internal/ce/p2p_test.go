@@ -203,7 +203,7 @@ func runP2P(t *testing.T, w *world, pt p2pPattern, direct, graph bool, rounds in
 
 // Every pattern, direct and staged, eager and captured, at 2 to 4 ranks:
 // a batch's transfers meet their matches in issue order, pieces larger
-// than the staging slot (4 KiB at 2 ranks: 1 KiB pieces) move in rounds,
+// than the staging slot (4 KiB at 2 ranks: 2 KiB pieces) move in rounds,
 // and sends to this rank are local copies.
 func TestP2PBatches(t *testing.T) {
 	worlds := []struct {

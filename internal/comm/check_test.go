@@ -193,7 +193,7 @@ func TestCheckRootedInPlace(t *testing.T) {
 func TestCheckP2P(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	t.Setenv("CECOLL_CHECK", "1")
-	smallStaging(t, 8<<10) // 2 KiB pieces between 2 ranks
+	smallStaging(t, 8<<10) // 4 KiB pieces between 2 ranks
 	for _, tc := range []struct {
 		name         string
 		sends, recvs []uintptr // rank 0's to rank 1, rank 1's from rank 0

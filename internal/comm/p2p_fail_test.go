@@ -56,7 +56,7 @@ func TestP2PTimeout(t *testing.T) {
 				require.NoError(t, rt.SetDevice(c.Device()))
 				s, err := rt.StreamCreate()
 				require.NoError(t, err)
-				const bytes = 20000 // 10 pieces of 2 KiB
+				const bytes = 20000 // 5 pieces of 4 KiB
 				buf, err := MemAlloc(rt, bytes)
 				require.NoError(t, err)
 				start := time.Now()

@@ -13,7 +13,8 @@
 # the timeout, forward-only on too few queues),
 # PNN point-to-point's (matching order, credits before reuse, signal
 # after data, the staged halves, the streams of a thread's group; in
-# internal/ce: captured pairs, the receives' stream).
+# internal/ce: captured pairs, the receives' stream, a staging slot per
+# sender).
 set -u
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 scratch=$(mktemp -d)
