@@ -112,7 +112,7 @@ var (
 	HostInline = newBool("CECOLL_HOST_INLINE", Host, true,
 		"0: every op runs on its stream's worker goroutine; 1: an enqueueing thread runs what completes at once itself (off under chaos)").strictly()
 	HostQueues = newInt[int]("CECOLL_HOST_QUEUES", Host, 0, 0, 32, "an integer in 0..32",
-		"hardware queues each virtual device reports, as CUDA_DEVICE_MAX_CONNECTIONS on a GPU (0: no limit): the communicators' queue rule runs without a GPU; the device itself never stalls").strictly()
+		"hardware queues of each virtual device, as CUDA_DEVICE_MAX_CONNECTIONS on a GPU (0: no limit): a stream with work pending holds one, and once every queue is held no other stream of the device runs, as on a GPU; inline execution is off").strictly()
 	HostCaps = newList("CECOLL_HOST_CAPS", Host, []string{"nobatchcopy", "noattrs", "nopeerwrite", "nomulticast", "hipbatches"},
 		"capabilities to switch off (nobatchcopy, noattrs, nopeerwrite, nomulticast) and hipbatches (HIP's memop order)").strictly()
 )

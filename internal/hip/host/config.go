@@ -23,9 +23,10 @@ type Config struct {
 	// Caps are the capabilities the device reports and enforces; nil means
 	// DefaultCaps (everything on, CUDA-like batches).
 	Caps *hip.Caps
-	// Queues is the hardware queue count the device reports
-	// (Caps.StreamQueues, CECOLL_HOST_QUEUES; 0: no limit). It is only
-	// reported: the virtual device never stalls when they are full.
+	// Queues is each device's hardware queue count (Caps.StreamQueues,
+	// CECOLL_HOST_QUEUES; 0: no limit): a stream with ops pending holds
+	// one, and once all are held no other stream of the device runs, as on
+	// a GPU (queues.go). Inline execution is off with a limit.
 	Queues int
 }
 

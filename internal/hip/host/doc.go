@@ -47,6 +47,16 @@
 // implicit synchronization. StreamDestroy returns at once; queued work
 // still completes.
 //
+// # Hardware queues (CECOLL_HOST_QUEUES; default 0: no limit)
+//
+// With Config.Queues > 0 each device has that many hardware queues: a
+// stream's worker holds one from the first op it runs until its queue of
+// ops is empty, a wait in progress included, and waits while none is
+// free. So once every queue holds a parked stream nothing else of the
+// device runs, the releasing writes included, as on a GPU
+// (CUDA_DEVICE_MAX_CONNECTIONS; queues.go). Graph branches are streams
+// too. Inline execution is off then.
+//
 // # Inline execution (CECOLL_HOST_INLINE; default on, 0: off)
 //
 // A thread that enqueues on a stream no executor owns runs the ops itself,

@@ -50,6 +50,8 @@ type Runtime struct {
 	workers   sync.WaitGroup
 	pieceHook func(s hip.Stream, dst, src, n uintptr) // tests: each executed copy piece
 
+	queues []*queuePool // per device, with Config.Queues (queues.go); nil: no limit
+
 	blkMu     sync.Mutex
 	blocked   []*stream    // streams left with ops pending behind a wait (inline.go)
 	nBlocked  atomic.Int32 // len(blocked), read without blkMu
@@ -83,7 +85,8 @@ func New(cfg Config) (*Runtime, error) {
 		devices:   cfg.Devices,
 		caps:      caps,
 		seed:      cfg.Chaos,
-		inline:    cfg.Chaos == 0 && !cfg.NoInline,
+		inline:    cfg.Chaos == 0 && !cfg.NoInline && cfg.Queues == 0,
+		queues:    newQueuePools(cfg.Devices, cfg.Queues),
 		epoch:     time.Now(),
 		curDev:    make(map[int32]int),
 		streams:   make(map[hip.Stream]*stream),
@@ -115,6 +118,9 @@ func (rt *Runtime) Close() {
 			s.mu.Unlock()
 		}
 		rt.regMu.RUnlock()
+		for _, p := range rt.queues {
+			p.wake()
+		}
 		rt.workers.Wait()
 		rt.copyPool.stop()
 	})

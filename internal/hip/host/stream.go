@@ -80,10 +80,11 @@ type stream struct {
 	nBig     int       // big ops pending: while any is, the stream is the worker's
 
 	// Executor-only state (the owner's).
-	rng    *rand.Rand // chaos source; nil when chaos is off
-	batch  []op
-	pieces []piece
-	job    batchJob
+	holdsQueue bool       // the worker holds one of its device's hardware queues (queues.go)
+	rng        *rand.Rand // chaos source; nil when chaos is off
+	batch      []op
+	pieces     []piece
+	job        batchJob
 }
 
 type piece struct{ dst, src, n uintptr }
@@ -416,8 +417,14 @@ func (s *stream) worker() {
 			continue
 		}
 		s.running = true
+		if !s.takeQueue() {
+			s.running = false
+			continue // closing
+		}
 		s.drain()
+		s.giveQueue()
 	}
+	s.giveQueue()
 	s.mu.Unlock()
 }
 
