@@ -75,11 +75,15 @@ type Comm struct {
 	// every rank does (initCollective).
 	devShared bool
 	oneDevice bool
-	cfg       Config
-	engCfg    ce.Config // the engine's settings, agreed among the ranks at init
-	w         *world
-	boot      bootstrap.Bootstrap
-	node      *nodeState // the TCP bootstrap's state (node.go); nil in-process
+	// callStreams: the most streams this rank's group of transfers may
+	// join while the queues hold (ceBlocked; 0: no limit).
+	callStreams int
+	queues      uint64 // this rank's Caps.StreamQueues (0: no limit)
+	cfg         Config
+	engCfg      ce.Config // the engine's settings, agreed among the ranks at init
+	w           *world
+	boot        bootstrap.Bootstrap
+	node        *nodeState // the TCP bootstrap's state (node.go); nil in-process
 
 	mu      sync.Mutex // state transitions
 	st      atomic.Int32
@@ -393,6 +397,7 @@ func (c *Comm) initCollective() error {
 		}
 		c.oneDevice = c.oneDevice && same
 	}
+	c.queues, c.callStreams = me.queues, callStreams(me.queues, localRanks(all, me))
 	if c.spans {
 		// Copy engines reach one node: the real library runs every call.
 		if c.lib == nil {
@@ -449,10 +454,13 @@ func (c *Comm) engine() engine {
 // its context's queues: the engine's stream parked on a flag wait, and the
 // caller's stream waiting on the engine's end event (an event wait holds a
 // queue as a flag wait does: docs/performance.md, "Do event waits hold
-// hardware queues?"). Once every queue holds a parked stream no other
-// stream of the process runs, the releasing writes included
+// hardware queues?"); a rank alone on its device in its process holds a
+// third, its engine's side stream. Once every queue holds a parked stream
+// no other stream of the process runs, the releasing writes included
 // (Caps.StreamQueues): the first collective would hang. So the ranks of
-// one process on one device need more queues than twice their number.
+// one process on one device need more queues than they hold together
+// (queuesPerRank), and a group of transfers on several streams, each of
+// which waits for the engine, may use only what is left (callStreams).
 //
 // Stream memory operations (Caps.StreamMemOps) are the flags' mechanism;
 // without them every collective is refused, alike on every rank, which in
@@ -463,19 +471,14 @@ func ceBlocked(all []initInfo, forward bool) string {
 		if forward && !m.memops {
 			return fmt.Sprintf("copy engines cannot run on rank %d: its runtime has no stream memory operations (they need CUDA driver >= 12.5 or HIP >= 7.0)", r)
 		}
-		local := 0 // ranks of r's process on r's device
-		for _, o := range all {
-			if o.host == m.host && o.pid == m.pid && o.dev == m.dev {
-				local++
-			}
-		}
-		if q := m.queues; q != 0 && uint64(queuesPerRank*local) >= q {
+		local := localRanks(all, m)
+		if q := m.queues; q != 0 && uint64(queuesPerRank(local)*local) >= q {
 			who := fmt.Sprintf("%d ranks of this communicator share device %d in its process (pid %d), and each holds", local, m.dev, m.pid)
 			if local == 1 {
 				who = fmt.Sprintf("it is its process's (pid %d) one rank on device %d, and holds", m.pid, m.dev)
 			}
 			return fmt.Sprintf("copy engines cannot run safely on rank %d: %s %d of the context's %d hardware queues (CUDA_DEVICE_MAX_CONNECTIONS) while a collective is pending, which would stall the GPU; %s",
-				r, who, queuesPerRank, q, queueAdvice(local, q))
+				r, who, queuesPerRank(local), q, queueAdvice(local, q))
 		}
 	}
 	return ""
@@ -484,13 +487,13 @@ func ceBlocked(all []initInfo, forward bool) string {
 // queueAdvice says how local ranks of one process on one device get the
 // queues they need with q now.
 func queueAdvice(local int, q uint64) string {
-	need := queuesPerRank*local + 1
-	fit := (hip.MaxStreamQueues - 1) / queuesPerRank // the most ranks any setting allows
+	need := queuesPerRank(local)*local + 1
+	fit := fitRanks(hip.MaxStreamQueues) // the most ranks any setting allows
 	var fixes []string
 	if need <= hip.MaxStreamQueues {
 		fixes = append(fixes, fmt.Sprintf("set CUDA_DEVICE_MAX_CONNECTIONS to at least %d (the driver allows up to %d) in the environment before the process first uses CUDA", need, hip.MaxStreamQueues))
 	}
-	if now := int(q-1) / queuesPerRank; now >= 1 {
+	if now := fitRanks(q); now >= 1 {
 		fixes = append(fixes, fmt.Sprintf("run at most %d ranks per device per process", now))
 	} else if need > hip.MaxStreamQueues {
 		fixes = append(fixes, fmt.Sprintf("run at most %d ranks per device per process (with CUDA_DEVICE_MAX_CONNECTIONS=%d)", fit, hip.MaxStreamQueues))
@@ -499,8 +502,47 @@ func queueAdvice(local int, q uint64) string {
 }
 
 // queuesPerRank is how many hardware queues a rank's pending collective
-// holds (ceBlocked).
-const queuesPerRank = 2
+// holds where local ranks of its process share its device (ceBlocked):
+// the engine's stream and the caller's, and the side stream of a rank
+// alone there (ce: Engine.side).
+func queuesPerRank(local int) int {
+	if local == 1 {
+		return 3
+	}
+	return 2
+}
+
+// fitRanks is the most ranks of one process that q queues let share a
+// device (0: not even one).
+func fitRanks(q uint64) int {
+	n := int(q-1) / queuesPerRank(2)
+	if n == 1 && q <= uint64(queuesPerRank(1)) {
+		n = 0 // one rank alone holds its side stream too
+	}
+	return n
+}
+
+// localRanks is how many ranks of m's process run on m's device.
+func localRanks(all []initInfo, m initInfo) int {
+	local := 0
+	for _, o := range all {
+		if o.host == m.host && o.pid == m.pid && o.dev == m.dev {
+			local++
+		}
+	}
+	return local
+}
+
+// callStreams is the most streams a rank's group of transfers may join
+// (its first one included) with q queues shared by local ranks, each
+// holding its engine's streams: every stream of a pending group waits on
+// the engine's end and holds a queue (ceBlocked). 0: no limit.
+func callStreams(q uint64, local int) int {
+	if q == 0 {
+		return 0
+	}
+	return max(int(q-1)/local-(queuesPerRank(local)-1), 1)
+}
 
 // forwardOnly sets up a communicator that forwards every call, because
 // copy engines cannot run safely on some rank (why): in forward mode that

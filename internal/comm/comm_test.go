@@ -112,13 +112,36 @@ func TestQueueLimit(t *testing.T) {
 	require.ErrorContains(t, err, "run at most 15 ranks per device per process")
 	require.NotContains(t, err.Error(), "set CUDA_DEVICE_MAX_CONNECTIONS")
 
-	// Too few queues for even one rank (CUDA_DEVICE_MAX_CONNECTIONS=1 or 2,
-	// as Megatron-LM sets): the advice is the variable, never "0 ranks".
-	for _, q := range []int{1, 2} {
+	// Too few queues for even one rank (CUDA_DEVICE_MAX_CONNECTIONS=1, as
+	// Megatron-LM sets, up to 3: a rank alone on its device holds its side
+	// stream too): the advice is the variable, never "0 ranks".
+	for _, q := range []int{1, 2, 3} {
 		_, err = InitAll(queuesRT{rt.Runtime, q}, 2, []int{0, 1}, DefaultConfig())
 		requireCode(t, result.InvalidUsage, err)
-		require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS to at least 3")
+		require.ErrorContains(t, err, "holds 3 of the context's")
+		require.ErrorContains(t, err, "set CUDA_DEVICE_MAX_CONNECTIONS to at least 4")
 		require.NotContains(t, err.Error(), "at most 0 ranks")
+	}
+	comms, err = InitAll(queuesRT{rt.Runtime, 4}, 2, []int{0, 1}, DefaultConfig())
+	require.NoError(t, err, "one rank on each of two devices of 4 queues")
+	destroyAll(t, comms)
+}
+
+// callStreams: what a rank's group of transfers may join once its
+// engine's streams are counted, for every rank of the process on the
+// device pending at once.
+func TestCallStreams(t *testing.T) {
+	for _, tc := range []struct {
+		q           uint64
+		local, want int
+	}{
+		{0, 1, 0}, {0, 8, 0}, // no limit
+		{8, 1, 5},            // 7 left after the engine's and side streams
+		{8, 2, 2}, {8, 3, 1}, // 3 of 8 each (7/2), 2 each (7/3)
+		{32, 1, 29}, {32, 8, 2}, {32, 15, 1},
+		{9, 4, 1},
+	} {
+		require.Equal(t, tc.want, callStreams(tc.q, tc.local), "%d queues, %d local ranks", tc.q, tc.local)
 	}
 }
 

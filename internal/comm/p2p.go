@@ -310,6 +310,19 @@ func (g *group) overlapsSend(m *p2pMember, t *ce.Transfer) bool {
 	return false
 }
 
+// queuesFit refuses a group of transfers whose streams (each waits for
+// the engine's end, holding a hardware queue) would fill the queues left
+// to this rank (callStreams): the GPU would stop, the releasing writes
+// included.
+func (c *Comm) queuesFit(streams int) error {
+	if c.callStreams == 0 || streams <= c.callStreams {
+		return nil
+	}
+	return result.Errorf(result.InvalidUsage,
+		"ncclGroupEnd: rank %d's sends and receives of this group are on %d streams, and each waits for the transfers, holding one of the GPU's hardware queues; with its process's %d (CUDA_DEVICE_MAX_CONNECTIONS) shared by its copy engines' streams and those of the other ranks of the process on device %d, a rank's group may use at most %d: the GPU would stall. Use fewer streams, or raise CUDA_DEVICE_MAX_CONNECTIONS before the process first uses CUDA",
+		c.rank, streams, c.queues, c.dev, c.callStreams)
+}
+
 // runP2PSet prepares every member's batch, then runs their steps
 // interleaved. Members are in rank order, and are locked in it (see
 // runSet).
@@ -334,6 +347,9 @@ func (g *group) runP2PSet(ms []p2pMember, errs []error) []error {
 				m.c.fail(err) // as claimStream
 				return append(errs, err)
 			}
+		}
+		if err == nil {
+			err = m.c.queuesFit(1 + m.jhi - m.jlo)
 		}
 		if err == nil {
 			m.c.args = ce.Args{Func: ce.FuncSendRecv, Stream: g.xstream(m),

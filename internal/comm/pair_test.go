@@ -644,8 +644,8 @@ func TestPairQueuesForwardOnly(t *testing.T) {
 		ce     bool
 	}{
 		{1, []int{0, 1}, false}, // one rank per device, 1 queue
-		{2, []int{0, 1}, false},
-		{3, []int{0, 1}, true},
+		{3, []int{0, 1}, false}, // its engine's two streams and the caller's
+		{4, []int{0, 1}, true},
 		{4, []int{0, 0}, false}, // two ranks on one device need 5
 		{5, []int{0, 0}, true},
 		{3, []int{0, 1, 1}, false}, // the ranks decide alike, rank 0 too

@@ -10,7 +10,8 @@
 # mode's (routing agreement, real-first teardown, the window rule), CNN
 # the rest (a refusal fails every rank, CECOLL_CHECK's rooted offsets,
 # the engine settings agreed at init, graph replays under
-# the timeout, forward-only on too few queues),
+# the timeout, forward-only on too few queues, the queues a rank holds
+# and the streams a group may use),
 # PNN point-to-point's (matching order, credits before reuse, signal
 # after data, the staged halves, the streams of a thread's group; in
 # internal/ce: captured pairs, the receives' stream, a staging slot per
