@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"cecoll/internal/hip"
+	"cecoll/internal/hip/host"
 	"cecoll/internal/result"
 )
 
@@ -29,6 +30,24 @@ func watchIdle(t *testing.T) {
 	}
 }
 
+// silentPair makes a communicator of two ranks on devices 0 and 1 whose
+// rank 1 will stay silent, and locks the test's thread to rank 0's device
+// with a stream and a buffer of size bytes there.
+func silentPair(t *testing.T, size uintptr) (*host.Runtime, []*Comm, hip.Stream, hip.DevicePtr) {
+	t.Helper()
+	rt := newRT(t, 2)
+	comms, err := InitAll(rt, 2, []int{0, 1}, DefaultConfig())
+	require.NoError(t, err)
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread) // cleanups run on the test's goroutine
+	require.NoError(t, rt.SetDevice(comms[0].Device()))
+	s, err := rt.StreamCreate()
+	require.NoError(t, err)
+	buf, err := MemAlloc(rt, size)
+	require.NoError(t, err)
+	return rt, comms, s, buf
+}
+
 // A send whose receive is never posted, or a receive whose send is never
 // posted (staged, several pieces), stays parked until CECOLL_TIMEOUT:
 // then the communicator fails on both ranks with ncclRemoteError naming
@@ -47,18 +66,9 @@ func TestP2PTimeout(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				watchIdle(t)
-				rt := newRT(t, 2)
-				comms, err := InitAll(rt, 2, []int{0, 1}, DefaultConfig())
-				require.NoError(t, err)
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				c := comms[0]
-				require.NoError(t, rt.SetDevice(c.Device()))
-				s, err := rt.StreamCreate()
-				require.NoError(t, err)
 				const bytes = 20000 // 5 pieces of 4 KiB
-				buf, err := MemAlloc(rt, bytes)
-				require.NoError(t, err)
+				rt, comms, s, buf := silentPair(t, bytes)
+				c := comms[0]
 				start := time.Now()
 				require.NoError(t, c.P2P(fn, buf, bytes, 0, 1, s))
 				require.Less(t, time.Since(start), 200*time.Millisecond, "the call waited for its peer")
@@ -67,7 +77,7 @@ func TestP2PTimeout(t *testing.T) {
 					time.Sleep(2 * time.Millisecond)
 				}
 				waited := time.Since(start)
-				err = c.AsyncError()
+				err := c.AsyncError()
 				requireCode(t, result.RemoteError, err)
 				require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
 				require.GreaterOrEqual(t, waited, 300*time.Millisecond, "failed before the timeout")
@@ -102,9 +112,7 @@ func TestGraphTimeout(t *testing.T) {
 	t.Setenv("CECOLL_TIMEOUT", "0.3")
 	t.Cleanup(func() { watchIdle(t) })
 	watchIdle(t)
-	rt := newRT(t, 2)
-	comms, err := InitAll(rt, 2, []int{0, 1}, DefaultConfig())
-	require.NoError(t, err)
+	rt, comms, s, buf := silentPair(t, 128)
 	t.Cleanup(func() {
 		if t.Failed() { // the replay may still be parked: release it
 			for _, c := range comms {
@@ -112,14 +120,7 @@ func TestGraphTimeout(t *testing.T) {
 			}
 		}
 	})
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	c := comms[0]
-	require.NoError(t, rt.SetDevice(c.Device()))
-	s, err := rt.StreamCreate()
-	require.NoError(t, err)
-	buf, err := MemAlloc(rt, 128)
-	require.NoError(t, err)
 	require.NoError(t, rt.StreamBeginCapture(s, hip.CaptureModeRelaxed))
 	require.NoError(t, c.Collective(FuncAllGather, buf, buf, 16, 7 /* float32 */, 0, s))
 	g, err := rt.StreamEndCapture(s)
