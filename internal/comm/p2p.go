@@ -319,7 +319,7 @@ func (c *Comm) queuesFit(streams int) error {
 		return nil
 	}
 	return result.Errorf(result.InvalidUsage,
-		"ncclGroupEnd: rank %d's sends and receives of this group are on %d streams, and each waits for the transfers, holding one of the GPU's hardware queues; with its process's %d (CUDA_DEVICE_MAX_CONNECTIONS) shared by its copy engines' streams and those of the other ranks of the process on device %d, a rank's group may use at most %d: the GPU would stall. Use fewer streams, or raise CUDA_DEVICE_MAX_CONNECTIONS before the process first uses CUDA",
+		"ncclGroupEnd: rank %d's sends and receives of this group are on %d streams, and each waits for the transfers, holding one of the GPU's hardware queues; of its process's %d queues (CUDA_DEVICE_MAX_CONNECTIONS), shared with its copy engines' streams and those of the process's other ranks on device %d, a rank's group may use at most %d, or the GPU would stall. Use fewer streams, or raise CUDA_DEVICE_MAX_CONNECTIONS before the process first uses CUDA",
 		c.rank, streams, c.queues, c.dev, c.callStreams)
 }
 
