@@ -81,7 +81,8 @@ func TestP2PTimeout(t *testing.T) {
 				requireCode(t, result.RemoteError, err)
 				require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
 				require.GreaterOrEqual(t, waited, 300*time.Millisecond, "failed before the timeout")
-				awaitAsyncErrors(comms[1:], 5*time.Second)                // the failure reaches the peers after it is set here
+				// Comm.fail sets this rank's error before it tells the peers.
+				awaitAsyncErrors(comms[1:], 5*time.Second)
 				requireCode(t, result.RemoteError, comms[1].AsyncError()) // the silent peer hears it
 				require.NoError(t, rt.StreamSynchronize(s), "the failure released the parked stream")
 				err = c.P2P(fn, buf, bytes, 0, 1, s)
@@ -141,7 +142,8 @@ func TestGraphTimeout(t *testing.T) {
 	requireCode(t, result.RemoteError, err)
 	require.Contains(t, err.Error(), "CECOLL_TIMEOUT")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "failed before the timeout")
-	awaitAsyncErrors(comms[1:], 5*time.Second)                // the failure reaches the peers after it is set here
+	// Comm.fail sets this rank's error before it tells the peers.
+	awaitAsyncErrors(comms[1:], 5*time.Second)
 	requireCode(t, result.RemoteError, comms[1].AsyncError()) // the silent peer hears it
 	require.NoError(t, rt.StreamSynchronize(s), "the failure released the parked replay")
 	for _, c := range comms {
